@@ -1,0 +1,155 @@
+"""nox sessions of the icml25 monorepo.
+
+``nox`` with no arguments runs ``lint``, one ``tests-<package>`` session per package and ``integration``.
+Every test session builds the wheels of icml25-kernels and of its package, installs them (with the
+package's extras) into a fresh environment, and runs that package's tests against the installed wheel,
+never the source tree. ``build``, ``reproduce`` and ``bench`` are run on demand (``nox -s reproduce``).
+
+Pass pytest / tool arguments after ``--``: ``nox -s tests-rl -- -k gas -m slow``,
+``nox -s reproduce -- --only P07 --full``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).resolve().parent
+CONSTRAINTS = str(ROOT / "constraints.txt")
+TEST_TOOLS = ["pytest>=8", "hypothesis>=6.100"]
+
+# distribution suffix -> (source folder, extras installed for its tests)
+PACKAGES: dict[str, tuple[str, list[str]]] = {
+    "kernels": ("shared-kernels", []),
+    "llm-efficiency": ("packages/llm-efficiency", ["hf"]),
+    "generative-models": ("packages/generative-models", []),
+    "causal-discovery": ("packages/causal-discovery", ["tigramite", "lingam", "causallearn"]),
+    "rl": ("packages/rl", []),
+    "federated": ("packages/federated", ["flower"]),
+    "interpretability": ("packages/interpretability", []),
+}
+
+nox.options.default_venv_backend = "uv"
+nox.options.error_on_missing_interpreters = True
+nox.options.sessions = ["lint", *(f"tests-{name}" for name in PACKAGES), "integration"]
+
+
+def _use_local_wheelhouse() -> None:
+    """Let uv see the wheels the machine's pip is configured to find (e.g. a local CPU build of torch).
+
+    uv does not read pip's configuration; without this it would download PyPI's (CUDA) torch build.
+    """
+    if os.environ.get("UV_FIND_LINKS") or not shutil.which("pip"):
+        return
+    links = os.environ.get("PIP_FIND_LINKS")
+    if not links:
+        result = subprocess.run(
+            ["pip", "config", "get", "global.find-links"], capture_output=True, text=True, check=False
+        )
+        links = result.stdout.strip() if result.returncode == 0 else ""
+    if links:
+        os.environ["UV_FIND_LINKS"] = links
+
+
+_use_local_wheelhouse()
+os.environ.setdefault("UV_PYTHON_DOWNLOADS", "never")
+
+
+def _build_wheels(session: nox.Session, names: list[str]) -> dict[str, str]:
+    """Build the named distributions' wheels into a fresh folder; ``{name: wheel path}``."""
+    out = Path(session.create_tmp()) / "wheels"
+    shutil.rmtree(out, ignore_errors=True)
+    for name in names:
+        session.run(
+            "uv", "build", "--quiet", "--wheel", "--package", f"icml25-{name}", "-o", str(out), external=True
+        )
+    wheels = {}
+    for name in names:
+        stem = f"icml25_{name.replace('-', '_')}-"
+        (wheel,) = [p for p in out.glob("*.whl") if p.name.startswith(stem)]
+        wheels[name] = str(wheel)
+    return wheels
+
+
+def _install_packages(session: nox.Session, names: list[str]) -> None:
+    wheels = _build_wheels(session, sorted(set(["kernels", *names])))
+    specs = []
+    for name, wheel in wheels.items():
+        extras = PACKAGES[name][1]
+        specs.append(f"icml25-{name}[{','.join(extras)}] @ {Path(wheel).as_uri()}" if extras else wheel)
+    session.install("-c", CONSTRAINTS, *specs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff check + ruff format --check over the whole tree."""
+    session.install("ruff>=0.6")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+def _tests(session: nox.Session, name: str) -> None:
+    folder = PACKAGES[name][0]
+    _install_packages(session, [name])
+    session.install("-c", CONSTRAINTS, *TEST_TOOLS)
+    area = "kernels" if name == "kernels" else name.replace("-", "_")
+    # the tests must exercise the installed wheel, not src/: fail loudly if the import resolves elsewhere
+    session.run(
+        "python", "-c", f"import icml25.{area} as m, sys; sys.exit('site-packages' not in m.__file__)"
+    )
+    args = session.posargs or ["-m", "not slow"]
+    session.run("pytest", f"{folder}/tests", "-p", "no:cacheprovider", *args)
+
+
+for _name in PACKAGES:
+
+    @nox.session(name=f"tests-{_name}")
+    def _package_tests(session: nox.Session, _name: str = _name) -> None:
+        _tests(session, _name)
+
+    _package_tests.__doc__ = f"Tests of icml25-{_name} against its built wheel in a fresh environment."
+
+
+@nox.session
+def integration(session: nox.Session) -> None:
+    """Cross-package checks (tests/): isolation, namespace, dependencies, catalog, downstream, reproduce."""
+    wheels = _build_wheels(session, list(PACKAGES))
+    session.install("-c", CONSTRAINTS, *TEST_TOOLS, "mypy>=1.10", "tqdm>=4.60", wheels["kernels"])
+    session.env["ICML25_WHEELHOUSE"] = str(Path(next(iter(wheels.values()))).parent)
+    session.env["UV_CONSTRAINT"] = CONSTRAINTS
+    session.run("pytest", "tests", "-p", "no:cacheprovider", *session.posargs)
+
+
+@nox.session
+def build(session: nox.Session) -> None:
+    """All wheels and sdists into dist/."""
+    shutil.rmtree(ROOT / "dist", ignore_errors=True)
+    session.run("uv", "build", "--all-packages", "-o", str(ROOT / "dist"), external=True)
+    built = sorted(p.name for p in (ROOT / "dist").iterdir() if p.suffix in (".whl", ".gz"))
+    session.log("built:\n  " + "\n  ".join(built))
+
+
+@nox.session
+def reproduce(session: nox.Session) -> None:
+    """Run every paper's reproduction (quick; ``-- --full`` for full size) and write reports/REPORT.md."""
+    _install_packages(session, list(PACKAGES))
+    session.install("-c", CONSTRAINTS, "tqdm>=4.60")
+    session.run("python", "tools/reproduce.py", *session.posargs)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Every benchmark script (shared-kernels/benchmarks, packages/*/benchmarks), on the current device."""
+    _install_packages(session, list(PACKAGES))
+    scripts = sorted(ROOT.glob("shared-kernels/benchmarks/bench_*.py")) + sorted(
+        ROOT.glob("packages/*/benchmarks/bench_*.py")
+    )
+    if not scripts:
+        session.log("no benchmark scripts yet")
+    for script in scripts:
+        session.log(f"== {script.relative_to(ROOT)}")
+        session.run("python", str(script), *session.posargs)

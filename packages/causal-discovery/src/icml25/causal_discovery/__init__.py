@@ -1,0 +1,9 @@
+"""icml25.causal_discovery — Causal discovery: MAG listing, time-series causal discovery acceleration, subset selection.
+
+Each paper is one module (its docstring cites the paper and its catalog id); the public API of every
+implemented paper is re-exported here.
+"""
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__"]

@@ -1,0 +1,9 @@
+"""icml25.rl — Reinforcement learning: offline hierarchical RL, distributional RL, MARL.
+
+Each paper is one module (its docstring cites the paper and its catalog id); the public API of every
+implemented paper is re-exported here.
+"""
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__"]

@@ -1,0 +1,65 @@
+"""The report every paper experiment returns (``run(quick, seed) -> Report``).
+
+It lives in ``icml25-kernels`` because that is the one distribution every area package depends on; the
+reproduce command in ``tools/`` reads it by attribute only, so any object with these fields works too.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class Report:
+    """Outcome of one small-scale reproduction.
+
+    Attributes:
+        paper: catalog id, e.g. ``"P07"``.
+        claim: the paper's central claim, one sentence.
+        threshold: the rule checked, in words (e.g. ``"speedup >= 5x and F1 >= baseline - 0.02"``).
+        passed: whether the measured numbers satisfy the rule.
+        metrics: every measured number, the baseline's included (``baseline_`` prefix by convention).
+        headline: key of ``metrics`` shown in the one-line summary.
+        baseline: key of ``metrics`` holding the baseline's value of the headline metric, if any.
+        figures: PNG files written by the experiment.
+        notes: anything a reader needs to interpret the numbers (scale, deviations from the paper).
+    """
+
+    paper: str
+    claim: str
+    threshold: str
+    passed: bool
+    metrics: dict[str, float]
+    headline: str
+    baseline: str | None = None
+    figures: list[Path] = field(default_factory=list)
+    notes: str = ""
+
+    def __post_init__(self) -> None:
+        if self.headline not in self.metrics:
+            raise ValueError(
+                f"headline must be a key of metrics {sorted(self.metrics)}, got {self.headline!r}"
+            )
+        if self.baseline is not None and self.baseline not in self.metrics:
+            raise ValueError(
+                f"baseline must be a key of metrics {sorted(self.metrics)}, got {self.baseline!r}"
+            )
+        for key, value in self.metrics.items():
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                raise TypeError(f"metrics[{key!r}] must be a float, got {type(value).__name__}")
+            self.metrics[key] = float(value)
+        self.passed = bool(self.passed)
+        self.figures = [Path(f) for f in self.figures]
+
+    def summary(self) -> str:
+        """``<headline>=<value> (baseline <value>, threshold <rule>)``."""
+        base = "n/a" if self.baseline is None else _fmt(self.metrics[self.baseline])
+        return f"{self.headline}={_fmt(self.metrics[self.headline])} (baseline {base}, threshold {self.threshold})"
+
+
+def _fmt(x: float) -> str:
+    if math.isnan(x) or math.isinf(x):
+        return str(x)
+    return f"{x:.4g}"

@@ -1,0 +1,79 @@
+"""Packaging rules: PEP 420 namespace, dependency direction, and each area wheel installing alone."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import zipfile
+from email.parser import Parser
+from pathlib import Path
+
+import pytest
+from conftest import AREAS, DISTRIBUTIONS, ROOT, uv, wheel_of
+
+
+def _metadata(wheel: Path):
+    with zipfile.ZipFile(wheel) as zf:
+        (name,) = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA")]
+        return Parser().parsestr(zf.read(name).decode())
+
+
+def test_no_package_source_ships_a_namespace_init() -> None:
+    offenders = sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("*/**/src/icml25/__init__.py"))
+    assert offenders == []
+
+
+@pytest.mark.parametrize("name", DISTRIBUTIONS)
+def test_wheel_has_no_namespace_init_and_ships_py_typed(wheelhouse: Path, name: str) -> None:
+    with zipfile.ZipFile(wheel_of(wheelhouse, name)) as zf:
+        files = set(zf.namelist())
+    area = name.replace("-", "_")
+    assert "icml25/__init__.py" not in files
+    assert f"icml25/{area}/__init__.py" in files
+    assert f"icml25/{area}/py.typed" in files
+    assert all(f.startswith((f"icml25/{area}/", "icml25_")) for f in files), "a wheel ships only its own area"
+
+
+@pytest.mark.parametrize("name", AREAS)
+def test_area_depends_on_kernels_by_range_and_on_no_other_area(wheelhouse: Path, name: str) -> None:
+    meta = _metadata(wheel_of(wheelhouse, name))
+    assert meta["Version"] == "0.1.0"
+    requires = meta.get_all("Requires-Dist") or []
+    icml = [r for r in requires if re.match(r"icml25-", r)]
+    assert len(icml) == 1, f"icml25 requirements of icml25-{name}: {icml}"
+    assert re.fullmatch(r"icml25-kernels(<0\.2,>=0\.1|>=0\.1,<0\.2)", icml[0].replace(" ", "")), icml[0]
+    assert not any(r.startswith("icml25-kernels @") or "file:" in r for r in requires)
+
+
+def test_kernels_depends_on_triton_only_on_linux(wheelhouse: Path) -> None:
+    requires = _metadata(wheel_of(wheelhouse, "kernels")).get_all("Requires-Dist") or []
+    triton = [r for r in requires if r.startswith("triton")]
+    assert len(triton) == 1 and triton[0].replace("'", '"').endswith('sys_platform == "linux"')
+
+
+@pytest.mark.parametrize("name", AREAS)
+def test_area_wheel_installs_alone(wheelhouse: Path, venv_factory, name: str) -> None:
+    """Only the area and icml25-kernels (plus PyPI deps): the area imports, no other area does."""
+    python = venv_factory(f"alone-{name}")
+    uv(
+        "pip",
+        "install",
+        "--quiet",
+        "--python",
+        str(python),
+        str(wheel_of(wheelhouse, "kernels")),
+        str(wheel_of(wheelhouse, name)),
+    )
+    area = name.replace("-", "_")
+    others = [a.replace("-", "_") for a in AREAS if a != name]
+    probe = (
+        "import importlib, importlib.util, sys\n"
+        f"m = importlib.import_module('icml25.{area}')\n"
+        "assert m.__version__ == '0.1.0'\n"
+        "import icml25.kernels\n"
+        f"present = [o for o in {others!r} if importlib.util.find_spec('icml25.' + o) is not None]\n"
+        "assert not present, present\n"
+        "assert len(list(importlib.import_module('icml25').__path__)) >= 1\n"
+    )
+    result = subprocess.run([str(python), "-c", probe], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
