@@ -4,6 +4,27 @@ Each paper is one module (its docstring cites the paper and its catalog id); the
 implemented paper is re-exported here.
 """
 
+from icml25.llm_efficiency.sparge import (
+    SpargeController,
+    SpargeHeadParams,
+    SpargeStats,
+    SpargeTuner,
+    block_sparse_attention,
+    predict_block_mask,
+    register_sparge_attention,
+    sparge_attention,
+)
+
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = [
+    "SpargeController",
+    "SpargeHeadParams",
+    "SpargeStats",
+    "SpargeTuner",
+    "__version__",
+    "block_sparse_attention",
+    "predict_block_mask",
+    "register_sparge_attention",
+    "sparge_attention",
+]

@@ -1,0 +1,148 @@
+"""Benchmark of SpargeAttn (ICML 2025, P01) against torch SDPA: time and error ratios in one run.
+
+    python shared-kernels/benchmarks/bench_sparse_attention.py            # L in {1k, 4k, 16k}
+    python shared-kernels/benchmarks/bench_sparse_attention.py --quick    # CPU smoke run, smaller L
+    python shared-kernels/benchmarks/bench_sparse_attention.py --check    # + Triton-vs-reference check first
+
+On a CUDA device the Triton kernels run (fp16, d=128 by default); on CPU the PyTorch reference runs (fp32,
+d=64). Inputs have the block locality of image/video tokens (clustered q/k, as in the P01 reproduction),
+so the *measured* stage-1 sparsity of each setting is printed next to its time and error. Two sparse
+settings per length: the plug-and-play CDF one (τ=0.95, θ=0.5, λ=20) and top-k 20% (θ=-1, λ=20).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+from icml25.kernels.sparse_attention import relative_l1, sparge_attention
+
+
+def clustered(length: int, heads: int, dim: int, device: str, dtype: torch.dtype, seed: int = 0):
+    """q, k, v ``[1, H, L, d]`` with piecewise-constant clusters along the sequence (segments 128..511)."""
+    g = torch.Generator().manual_seed(seed)
+    centres = torch.randn(heads, 16, dim, generator=g)
+    ids = torch.empty(heads, length, dtype=torch.long)
+    for h in range(heads):
+        pos = 0
+        while pos < length:
+            seg = int(torch.randint(128, 512, (1,), generator=g))
+            ids[h, pos : pos + seg] = int(torch.randint(0, 16, (1,), generator=g))
+            pos += seg
+    c = torch.gather(centres, 1, ids[..., None].expand(heads, length, dim))
+    w = torch.randn(heads, dim, dim, generator=g) / math.sqrt(dim)
+    q = c + 0.35 * torch.randn(heads, length, dim, generator=g)
+    k = c + 0.35 * torch.randn(heads, length, dim, generator=g)
+    v = c @ w + 0.5 * torch.randn(heads, length, dim, generator=g)
+    return (x[None].to(device=device, dtype=dtype) for x in (q, k, v))
+
+
+def timed(fn, reps: int, device: str) -> float:
+    """Median wall time of ``fn()`` in milliseconds (after one warm-up call)."""
+    fn()
+    times = []
+    for _ in range(reps):
+        if device == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def check(device: str) -> None:
+    """Triton kernels vs the PyTorch reference (and SDPA at full mask) on the current device."""
+    if device != "cuda":
+        import os
+
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # must precede the first triton import
+    shape = (1024, 128) if device == "cuda" else (64, 32)
+    blocks = {"block_q": 128, "block_k": 64} if device == "cuda" else {"block_q": 16, "block_k": 16}
+    for causal in (False, True):
+        dtype = torch.float16 if device == "cuda" else torch.float32
+        q, k, v = clustered(shape[0], 4, shape[1], device, dtype)
+        k, v = k[:, ::2].contiguous(), v[:, ::2].contiguous()  # GQA: 4 query heads on 2 key/value heads
+        kw = {
+            "is_causal": causal,
+            "cdf_threshold": None,
+            "topk": 0.5,
+            "sim_threshold": -1.0,
+            "pv_threshold": 3.0,
+        }
+        kw.update(blocks)
+        o_t, st_t = sparge_attention(q, k, v, backend="triton", return_stats=True, **kw)
+        o_r, st_r = sparge_attention(q, k, v, backend="reference", return_stats=True, **kw)
+        full = {
+            "cdf_threshold": 1.0,
+            "sim_threshold": 1.0,
+            "pv_threshold": None,
+            "quantize_qk": False,
+            **blocks,
+        }
+        o_full = sparge_attention(q, k, v, is_causal=causal, backend="triton", **full)
+        dense = F.scaled_dot_product_attention(
+            q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), is_causal=causal
+        )
+        print(
+            f"check {dtype} causal={causal}: triton vs reference max|diff|={float((o_t - o_r).abs().max()):.2e} "
+            f"(sparsity {st_t.sparsity:.3f}/{st_r.sparsity:.3f}, pv skipped {st_t.skipped_pv_tiles}/"
+            f"{st_r.skipped_pv_tiles}); full mask vs SDPA max|diff|={float((o_full - dense).abs().max()):.2e}"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="smaller lengths (CPU smoke run)")
+    parser.add_argument("--lengths", type=int, nargs="*", default=None)
+    parser.add_argument("--heads", type=int, default=None)
+    parser.add_argument("--dim", type=int, default=None)
+    parser.add_argument("--reps", type=int, default=None)
+    parser.add_argument("--check", action="store_true", help="first compare Triton with the reference")
+    args = parser.parse_args()
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.check:
+        check(device)
+    dtype = torch.float16 if device == "cuda" else torch.float32
+    lengths = args.lengths or ([1024, 2048, 4096] if args.quick else [1024, 4096, 16384])
+    heads = args.heads or (8 if device == "cuda" else 1)
+    dim = args.dim or (128 if device == "cuda" else 64)
+    reps = args.reps or (10 if device == "cuda" else 1)
+    backend = "triton" if device == "cuda" else "reference"
+    settings = {
+        "cdf τ=0.95 θ=0.5": {"cdf_threshold": 0.95, "sim_threshold": 0.5, "pv_threshold": 20.0},
+        "topk 0.2 θ=-1": {"cdf_threshold": None, "topk": 0.2, "sim_threshold": -1.0, "pv_threshold": 20.0},
+    }
+    print(f"device={device} backend={backend} dtype={dtype} B=1 H={heads} d={dim} reps={reps}")
+    print(
+        f"{'L':>6} {'setting':<18} {'sparsity':>8} {'pv_skip':>7} {'sdpa_ms':>9} {'sparge_ms':>9} {'speedup':>8} {'rel_L1':>8}"
+    )
+    for length in lengths:
+        q, k, v = clustered(length, heads, dim, device, dtype)
+        dense = F.scaled_dot_product_attention(q, k, v)
+        t_sdpa = timed(lambda q=q, k=k, v=v: F.scaled_dot_product_attention(q, k, v), reps, device)
+        for name, kw in settings.items():
+            o, st = sparge_attention(q, k, v, return_stats=True, backend=backend, **kw)
+            t_sp = timed(
+                lambda q=q, k=k, v=v, kw=kw: sparge_attention(q, k, v, backend=backend, **kw), reps, device
+            )
+            print(
+                f"{length:>6} {name:<18} {st.sparsity:>8.3f} {st.pv_skip_fraction:>7.3f} {t_sdpa:>9.1f} "
+                f"{t_sp:>9.1f} {t_sdpa / t_sp:>7.2f}x {relative_l1(o, dense):>8.4f}"
+            )
+    print(
+        "speedup = SDPA time / SpargeAttn time (incl. stage-1 prediction and quantization); rel_L1 vs SDPA."
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,455 @@
+"""SpargeAttn: Accurate Sparse Attention Accelerating Any Model Inference — ICML 2025 — P01.
+
+Block-sparse INT8 flash attention with training-free two-stage sparsity (Zhang et al., ICML 2025):
+
+* :func:`predict_block_mask` — stage 1: which (Q-block, K-block) tiles to compute, from pooled blocks,
+  cumulative-mass (``cdf_threshold`` τ) or ``topk`` selection, and the self-similarity judge (θ).
+* :func:`block_sparse_attention` — stage 2 for a given block mask: flash attention over the active tiles
+  only, Q/K INT8 per block (K mean-smoothed), exp2 online softmax, λ skip of negligible PV products.
+* :func:`sparge_attention` — both stages; optionally returns :class:`SpargeStats`.
+
+Inputs are ``q [B, H, Lq, d]``, ``k, v [B, Hkv, Lk, d]`` (``layout="HND"``) or ``[B, L, H, d]``
+(``layout="NHD"``); ``H % Hkv == 0`` (GQA). Hyper-parameters θ, τ, topk, λ are floats or per-head ``[H]``
+tensors. λ (``pv_threshold``) is in log2 units; ``None``/``inf`` disables the skip. Inference only (no
+autograd). Dispatch: Triton for CUDA tensors, the PyTorch reference otherwise (see
+:func:`icml25.kernels.select_backend`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from icml25.kernels._dispatch import select_backend
+from icml25.kernels.sparse_attention import reference
+from icml25.kernels.sparse_attention.reference import (
+    causal_block_valid,
+    dense_attention_reference,
+    mask_to_lut,
+    num_blocks,
+    relative_l1,
+)
+
+__all__ = [
+    "SpargeStats",
+    "block_sparse_attention",
+    "dense_attention_reference",
+    "mask_to_lut",
+    "predict_block_mask",
+    "relative_l1",
+    "sparge_attention",
+]
+
+_LAYOUTS = ("HND", "NHD")
+_MAX_TRITON_D = 256
+
+
+@dataclass
+class SpargeStats:
+    """What the sparse op skipped.
+
+    Attributes:
+        sparsity: stage-1 sparsity, ``1 - kept / valid`` blocks over the whole batch (``valid`` is the
+            causally valid block count under ``is_causal``, i.e. relative to the lower triangle).
+        head_sparsity: ``[H]`` stage-1 sparsity of each head (averaged over the batch).
+        pv_skip_fraction: fraction of the *computed* tiles whose PV product the λ test skipped.
+        kept_blocks, valid_blocks, skipped_pv_tiles: the raw counts.
+        l1: relative L1 error against dense attention when requested (``compute_l1=True``), else ``None``.
+    """
+
+    sparsity: float
+    head_sparsity: torch.Tensor
+    pv_skip_fraction: float
+    kept_blocks: int
+    valid_blocks: int
+    skipped_pv_tiles: int
+    l1: float | None = None
+
+
+# --------------------------------------------------------------------------------------------- checks
+
+
+def _check_tensor(name: str, x: object) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() != 4:
+        raise ValueError(
+            f"{name} must be 4-D ([B, H, L, d] for HND or [B, L, H, d] for NHD), got shape {tuple(x.shape)}"
+        )
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
+    if not bool(torch.isfinite(x).all()):
+        raise ValueError(f"{name} must be finite, got NaN or Inf entries")
+    return x
+
+
+def _to_hnd(layout: str, *xs: torch.Tensor) -> list[torch.Tensor]:
+    if layout not in _LAYOUTS:
+        raise ValueError(f"layout must be one of {_LAYOUTS}, got {layout!r}")
+    return [x.transpose(1, 2) if layout == "NHD" else x for x in xs]
+
+
+def _check_qk(q: torch.Tensor, k: torch.Tensor, layout: str) -> tuple[torch.Tensor, torch.Tensor]:
+    q, k = _check_tensor("q", q), _check_tensor("k", k)
+    q, k = _to_hnd(layout, q, k)
+    if q.shape[0] != k.shape[0]:
+        raise ValueError(f"q and k must have the same batch size B, got {q.shape[0]} and {k.shape[0]}")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k must have the same head dim d, got {q.shape[-1]} and {k.shape[-1]}")
+    if q.shape[1] % k.shape[1] != 0:
+        raise ValueError(
+            f"the number of query heads must be divisible by the number of key/value heads (GQA), "
+            f"got Hq={q.shape[1]} and Hkv={k.shape[1]}"
+        )
+    if q.device != k.device:
+        raise ValueError(f"q and k must be on the same device, got {q.device} and {k.device}")
+    return q, k
+
+
+def _check_v(q: torch.Tensor, k: torch.Tensor, v: object, layout: str) -> torch.Tensor:
+    (v,) = _to_hnd(layout, _check_tensor("v", v))
+    if v.shape != k.shape:
+        raise ValueError(f"v must have the shape of k {tuple(k.shape)} (HND), got {tuple(v.shape)}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if v.device != q.device:
+        raise ValueError(f"v must be on the device of q ({q.device}), got {v.device}")
+    return v
+
+
+def _check_blocks(block_q: int, block_k: int, backend: str, d: int) -> None:
+    for name, b in (("block_q", block_q), ("block_k", block_k)):
+        if not isinstance(b, int) or isinstance(b, bool) or b < 1:
+            raise ValueError(f"{name} must be a positive int, got {b!r}")
+        if backend == "triton" and (b < 16 or b & (b - 1)):
+            raise ValueError(f"{name} must be a power of two >= 16 for the Triton backend, got {b}")
+    if backend == "triton" and not 1 <= d <= _MAX_TRITON_D:
+        raise ValueError(
+            f"head dim d must be <= {_MAX_TRITON_D} for the Triton backend, got d={d}; "
+            "use backend='reference' or split the heads"
+        )
+
+
+def _check_min_length(q: torch.Tensor, block_q: int) -> None:
+    if q.shape[-2] < block_q:
+        raise ValueError(
+            f"stage-1 prediction needs Lq >= block_q={block_q} (at least one full query block), got "
+            f"Lq={q.shape[-2]}; use dense attention for short queries (e.g. decoding with Lq=1), a smaller "
+            "block_q, or pad q and pass an explicit scale"
+        )
+
+
+def _check_hyper(name: str, value: object, num_heads: int, device: torch.device, *, low: float, high: float,
+                 low_open: bool = False) -> torch.Tensor:  # fmt: skip
+    if isinstance(value, bool) or not isinstance(value, (int, float, torch.Tensor)):
+        raise TypeError(
+            f"{name} must be a float or a per-head tensor of length H={num_heads}, got {type(value).__name__}"
+        )
+    if isinstance(value, torch.Tensor) and value.dim() > 0 and value.numel() != num_heads:
+        raise ValueError(
+            f"{name} must be a float or a per-head tensor of length H={num_heads}, got shape {tuple(value.shape)}"
+        )
+    t = reference.per_head(value, num_heads, device)
+    bad = torch.isnan(t) | (t <= low if low_open else t < low) | (t > high)
+    if bool(bad.any()):
+        interval = f"{'(' if low_open else '['}{low}, {high}]"
+        raise ValueError(f"{name} must lie in {interval}, got {t.tolist()}")
+    return t
+
+
+def _selection(
+    topk: object, cdf_threshold: object, num_heads: int, device: torch.device
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    if (topk is None) == (cdf_threshold is None):
+        raise ValueError(
+            "pass exactly one of topk and cdf_threshold (set cdf_threshold=None to use topk), got "
+            f"topk={topk!r}, cdf_threshold={cdf_threshold!r}"
+        )
+    if topk is not None:
+        return _check_hyper("topk", topk, num_heads, device, low=0.0, high=1.0, low_open=True), None
+    return None, _check_hyper(
+        "cdf_threshold", cdf_threshold, num_heads, device, low=0.0, high=1.0, low_open=True
+    )
+
+
+def _pv_lambda(pv_threshold: object, num_heads: int, device: torch.device) -> torch.Tensor:
+    if pv_threshold is None:
+        return torch.full((num_heads,), math.inf, device=device)
+    return _check_hyper("pv_threshold", pv_threshold, num_heads, device, low=0.0, high=math.inf)
+
+
+def _scale(scale: float | None, d: int) -> float:
+    if scale is None:
+        return reference.default_scale(d)
+    if (
+        isinstance(scale, bool)
+        or not isinstance(scale, (int, float))
+        or not math.isfinite(scale)
+        or scale <= 0
+    ):
+        raise ValueError(f"scale must be a positive finite float or None, got {scale!r}")
+    return float(scale)
+
+
+def _impl(backend: str):  # the module providing block_stats / sparse_flash_forward
+    if backend == "triton":
+        from icml25.kernels.sparse_attention import triton as triton_impl
+
+        return triton_impl
+    return reference
+
+
+# ---------------------------------------------------------------------------------------------- ops
+
+
+def _stats_pass(q, k, *, impl, scale, quantize, smooth_k, block_q, block_k):
+    """One block-statistics pass over Q and K: pooled means, self-similarities and (optionally) INT8."""
+    k_mean = k.float().mean(dim=-2) if smooth_k else None
+    q_stats = impl.block_stats(q, block_q, quant_scale=scale * reference.LOG2E if quantize else None)
+    k_stats = impl.block_stats(k, block_k, mean=k_mean, quant_scale=1.0 if quantize else None)
+    return q_stats, k_stats
+
+
+def _select(q_stats, k_stats, *, is_causal, scale, topk, cdf, theta, attention_sink, block_q, block_k):
+    return reference.select_blocks(
+        q_stats[0], q_stats[1], k_stats[0], k_stats[1], scale=scale, sim_threshold=theta, cdf_threshold=cdf,
+        topk=topk, is_causal=is_causal, attention_sink=attention_sink, block_q=block_q, block_k=block_k,
+    )  # fmt: skip
+
+
+def predict_block_mask(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    *,
+    is_causal: bool = False,
+    scale: float | None = None,
+    topk: float | torch.Tensor | None = None,
+    cdf_threshold: float | torch.Tensor | None = 0.98,
+    sim_threshold: float | torch.Tensor = 0.6,
+    smooth_k: bool = True,
+    attention_sink: bool = False,
+    layout: str = "HND",
+    block_q: int = 128,
+    block_k: int = 64,
+    backend: str | None = None,
+) -> torch.Tensor:
+    """Stage 1 of SpargeAttn: predict the block mask.
+
+    Args:
+        q: ``[B, H, Lq, d]`` (HND) queries, ``Lq >= block_q``.
+        k: ``[B, Hkv, Lk, d]`` keys.
+        is_causal: top-left causal masking (as ``scaled_dot_product_attention(is_causal=True)``).
+        scale: softmax scale (default ``1/√d``), also applied to the pooled scores.
+        topk: fraction in (0, 1] of K blocks kept per Q block (pass ``cdf_threshold=None``), or ``None``.
+        cdf_threshold: τ in (0, 1]: keep the most probable K blocks whose cumulative pooled mass is ≤ τ.
+        sim_threshold: θ: blocks with self-similarity ≤ θ are "non-similar" and computed densely.
+        smooth_k: subtract the per-head token mean of K (softmax-invariant) before pooling.
+        attention_sink: always keep K block 0.
+        layout: ``"HND"`` or ``"NHD"``.
+        block_q, block_k: tile sizes (official: 128 / 64).
+        backend: ``"auto"``, ``"reference"`` or ``"triton"`` (see :func:`icml25.kernels.select_backend`).
+
+    Returns:
+        ``[B, H, nq, nk]`` bool block mask, ``nq = ceil(Lq/block_q)``, ``nk = ceil(Lk/block_k)``.
+    """
+    q, k = _check_qk(q, k, layout)
+    chosen = select_backend(q, k, backend=backend)
+    _check_blocks(block_q, block_k, chosen, q.shape[-1])
+    _check_min_length(q, block_q)
+    H, dev = q.shape[1], q.device
+    topk_t, cdf_t = _selection(topk, cdf_threshold, H, dev)
+    theta = _check_hyper("sim_threshold", sim_threshold, H, dev, low=-math.inf, high=math.inf)
+    sc = _scale(scale, q.shape[-1])
+    q_stats, k_stats = _stats_pass(
+        q,
+        k,
+        impl=_impl(chosen),
+        scale=sc,
+        quantize=False,
+        smooth_k=smooth_k,
+        block_q=block_q,
+        block_k=block_k,
+    )
+    return _select(
+        q_stats, k_stats, is_causal=bool(is_causal), scale=sc, topk=topk_t, cdf=cdf_t, theta=theta,
+        attention_sink=attention_sink, block_q=block_q, block_k=block_k,
+    )  # fmt: skip
+
+
+def _run_sparse(
+    q, k, v, mask, *, impl, is_causal, scale, lam, quantize_qk, smooth_k, block_q, block_k, operands=None
+):
+    """Stage 2 given a block mask; ``operands`` reuses the INT8 Q/K of an earlier stats pass."""
+    if is_causal:
+        nq, nk = mask.shape[-2:]
+        mask = mask & causal_block_valid(nq, nk, block_q, block_k, mask.device)
+    if operands is None and quantize_qk:
+        q_stats, k_stats = _stats_pass(
+            q, k, impl=impl, scale=scale, quantize=True, smooth_k=smooth_k, block_q=block_q, block_k=block_k
+        )
+        operands = (q_stats[2], q_stats[3], k_stats[2], k_stats[3])
+    elif operands is None:
+        operands = reference.quantize_qk(
+            q, k, scale=scale, smooth_k=smooth_k, quantize=False, block_q=block_q, block_k=block_k
+        )
+    q_op, q_s, k_op, k_s = operands
+    lut, count = mask_to_lut(mask)
+    o, skipped = impl.sparse_flash_forward(
+        q_op, q_s, k_op, k_s, v, lut, count, lq=q.shape[-2], lk=k.shape[-2], is_causal=is_causal,
+        pv_threshold=lam, block_q=block_q, block_k=block_k,
+    )  # fmt: skip
+    return o, mask, count, skipped
+
+
+def _stats(mask, count, skipped, *, is_causal, block_q, block_k) -> SpargeStats:
+    B, H, nq, nk = mask.shape
+    valid_per_head = nq * nk
+    if is_causal:
+        valid_per_head = int(causal_block_valid(nq, nk, block_q, block_k, mask.device).sum())
+    kept_h = mask.sum(dim=(0, 2, 3)).double()
+    kept, valid, skipped_n = int(kept_h.sum()), B * H * valid_per_head, int(skipped.sum())
+    return SpargeStats(
+        sparsity=1.0 - kept / valid,
+        head_sparsity=(1.0 - kept_h / (B * valid_per_head)).float().cpu(),
+        pv_skip_fraction=skipped_n / max(int(count.sum()), 1),
+        kept_blocks=kept,
+        valid_blocks=valid,
+        skipped_pv_tiles=skipped_n,
+    )
+
+
+def block_sparse_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    block_mask: torch.Tensor,
+    *,
+    is_causal: bool = False,
+    scale: float | None = None,
+    pv_threshold: float | torch.Tensor | None = None,
+    quantize_qk: bool = True,
+    smooth_k: bool = True,
+    layout: str = "HND",
+    block_q: int = 128,
+    block_k: int = 64,
+    return_stats: bool = False,
+    backend: str | None = None,
+) -> torch.Tensor | tuple[torch.Tensor, SpargeStats]:
+    """Stage 2 of SpargeAttn: attention restricted to the tiles of ``block_mask``.
+
+    Equals dense softmax attention whose score matrix is masked to the selected tiles (the masked-softmax
+    oracle) when ``quantize_qk=False`` and ``pv_threshold=None``. Rows that see no allowed key output 0.
+
+    Args:
+        q: ``[B, H, Lq, d]`` (HND; NHD with ``layout="NHD"``).
+        k, v: ``[B, Hkv, Lk, d]``.
+        block_mask: ``[B, H, ceil(Lq/block_q), ceil(Lk/block_k)]`` bool (True = compute the tile).
+        is_causal: top-left causal masking inside the tiles.
+        scale: softmax scale (default ``1/√d``).
+        pv_threshold: λ in log2 units (float or ``[H]``); ``None`` disables the PV skip.
+        quantize_qk: INT8 per-block Q/K (SageAttention) instead of full-precision QKᵀ.
+        smooth_k: subtract K's token mean per head (exact for softmax; improves INT8 accuracy).
+        return_stats: also return :class:`SpargeStats`.
+
+    Returns:
+        ``o`` shaped like ``q`` (same layout and dtype), or ``(o, stats)``.
+    """
+    q, k = _check_qk(q, k, layout)
+    v = _check_v(q, k, v, layout)
+    chosen = select_backend(q, k, v, backend=backend)
+    _check_blocks(block_q, block_k, chosen, q.shape[-1])
+    B, H = q.shape[:2]
+    expected = (B, H, num_blocks(q.shape[-2], block_q), num_blocks(k.shape[-2], block_k))
+    if not isinstance(block_mask, torch.Tensor) or block_mask.dtype != torch.bool:
+        got = block_mask.dtype if isinstance(block_mask, torch.Tensor) else type(block_mask).__name__
+        raise TypeError(f"block_mask must be a bool tensor of shape {expected}, got {got}")
+    if tuple(block_mask.shape) != expected:
+        raise ValueError(
+            f"block_mask must have shape [B, H, nq, nk] = {expected}, got {tuple(block_mask.shape)}"
+        )
+    lam = _pv_lambda(pv_threshold, H, q.device)
+    o, mask, count, skipped = _run_sparse(
+        q, k, v, block_mask.to(q.device), impl=_impl(chosen), is_causal=bool(is_causal),
+        scale=_scale(scale, q.shape[-1]), lam=lam, quantize_qk=quantize_qk, smooth_k=smooth_k,
+        block_q=block_q, block_k=block_k,
+    )  # fmt: skip
+    (o,) = _to_hnd(layout, o)
+    if not return_stats:
+        return o
+    return o, _stats(mask, count, skipped, is_causal=bool(is_causal), block_q=block_q, block_k=block_k)
+
+
+def sparge_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    is_causal: bool = False,
+    scale: float | None = None,
+    topk: float | torch.Tensor | None = None,
+    cdf_threshold: float | torch.Tensor | None = 0.98,
+    sim_threshold: float | torch.Tensor = 0.6,
+    pv_threshold: float | torch.Tensor | None = 50.0,
+    quantize_qk: bool = True,
+    smooth_k: bool = True,
+    attention_sink: bool = False,
+    layout: str = "HND",
+    block_q: int = 128,
+    block_k: int = 64,
+    return_stats: bool = False,
+    compute_l1: bool = False,
+    backend: str | None = None,
+) -> torch.Tensor | tuple[torch.Tensor, SpargeStats]:
+    """SpargeAttn: stage-1 block mask prediction, then sparse INT8 flash attention with the λ skip.
+
+    Args:
+        q: ``[B, H, Lq, d]`` queries (``layout="NHD"``: ``[B, Lq, H, d]``), ``Lq >= block_q``.
+        k, v: ``[B, Hkv, Lk, d]`` keys/values (``H % Hkv == 0``).
+        is_causal, scale, topk, cdf_threshold, sim_threshold, smooth_k, attention_sink, layout,
+            block_q, block_k, backend: as in :func:`predict_block_mask`.
+        pv_threshold: λ (log2 units, float or ``[H]``); ``None`` disables the stage-2 skip.
+        quantize_qk: INT8 per-block Q/K; ``False`` computes QKᵀ in full precision.
+        return_stats: also return :class:`SpargeStats`.
+        compute_l1: with ``return_stats``, fill ``stats.l1`` (relative L1 vs dense attention; costs a
+            dense pass).
+
+    Returns:
+        ``o`` shaped like ``q``, or ``(o, stats)``.
+
+    Example:
+        >>> q, k, v = (torch.randn(1, 2, 256, 64) for _ in range(3))
+        >>> o = sparge_attention(q, k, v, cdf_threshold=1.0, sim_threshold=1.0, pv_threshold=None)
+    """
+    q, k = _check_qk(q, k, layout)
+    v = _check_v(q, k, v, layout)
+    chosen = select_backend(q, k, v, backend=backend)
+    _check_blocks(block_q, block_k, chosen, q.shape[-1])
+    _check_min_length(q, block_q)
+    H, dev = q.shape[1], q.device
+    topk_t, cdf_t = _selection(topk, cdf_threshold, H, dev)
+    theta = _check_hyper("sim_threshold", sim_threshold, H, dev, low=-math.inf, high=math.inf)
+    lam = _pv_lambda(pv_threshold, H, dev)
+    sc, impl, causal = _scale(scale, q.shape[-1]), _impl(chosen), bool(is_causal)
+    # One stats pass yields both the stage-1 statistics and the INT8 operands of stage 2.
+    q_stats, k_stats = _stats_pass(
+        q, k, impl=impl, scale=sc, quantize=quantize_qk, smooth_k=smooth_k, block_q=block_q, block_k=block_k
+    )
+    mask = _select(
+        q_stats, k_stats, is_causal=causal, scale=sc, topk=topk_t, cdf=cdf_t, theta=theta,
+        attention_sink=attention_sink, block_q=block_q, block_k=block_k,
+    )  # fmt: skip
+    operands = (q_stats[2], q_stats[3], k_stats[2], k_stats[3]) if quantize_qk else None
+    o, mask, count, skipped = _run_sparse(
+        q, k, v, mask, impl=impl, is_causal=causal, scale=sc, lam=lam, quantize_qk=quantize_qk,
+        smooth_k=smooth_k, block_q=block_q, block_k=block_k, operands=operands,
+    )  # fmt: skip
+    if not return_stats:
+        (o,) = _to_hnd(layout, o)
+        return o
+    stats = _stats(mask, count, skipped, is_causal=causal, block_q=block_q, block_k=block_k)
+    if compute_l1:
+        stats.l1 = relative_l1(o, dense_attention_reference(q, k, v, is_causal=causal, scale=sc))
+    (o,) = _to_hnd(layout, o)
+    return o, stats
