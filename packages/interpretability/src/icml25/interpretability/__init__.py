@@ -4,6 +4,35 @@ Each paper is one module (its docstring cites the paper and its catalog id); the
 implemented paper is re-exported here.
 """
 
+from icml25.interpretability.sae import (
+    ActivationNormalizer,
+    BatchTopKSAE,
+    MatryoshkaKSAE,
+    MatryoshkaSAE,
+    ReLUSAE,
+    SparseAutoencoder,
+    TopKSAE,
+    from_saelens,
+    pareto_curve,
+    sae_metrics,
+    to_saelens,
+    train_sae,
+)
+
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = [
+    "ActivationNormalizer",
+    "BatchTopKSAE",
+    "MatryoshkaKSAE",
+    "MatryoshkaSAE",
+    "ReLUSAE",
+    "SparseAutoencoder",
+    "TopKSAE",
+    "__version__",
+    "from_saelens",
+    "pareto_curve",
+    "sae_metrics",
+    "to_saelens",
+    "train_sae",
+]

@@ -1,0 +1,72 @@
+"""Interpreting CLIP with Hierarchical Sparse Autoencoders (MSAE), ICML 2025, P22: activation preprocessing.
+
+MSAE (``SAEDataset``) centres the activations on the training mean μ and multiplies them by
+``√d / mean_i ‖x_i − μ‖²`` — the mean *squared* norm, a quirk of the official code kept here for parity.
+SAELens' ``normalize_activations="expected_average_only_in"`` instead scales (without centring) so that the
+mean norm is ``√d``. Both are affine maps ``x ↦ (x − μ)·s`` and can be folded into an SAE's weights
+(:func:`icml25.interpretability.sae.to_saelens`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+METHODS = ("msae", "saelens", "none")
+
+
+class ActivationNormalizer:
+    """Affine input normalisation ``x_n = (x − mean_) · scale_`` fitted on training activations.
+
+    Args:
+        method: ``"msae"`` (centre, scale by ``√d / E‖x − μ‖²``), ``"saelens"`` (no centring, scale by
+            ``√d / E‖x‖``, SAELens' ``expected_average_only_in``) or ``"none"``.
+    """
+
+    def __init__(self, method: str = "msae") -> None:
+        if method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+        self.method = method
+
+    def fit(self, X: torch.Tensor) -> ActivationNormalizer:
+        """Estimate ``mean_`` [d] and ``scale_`` (float) from X [N, d]."""
+        if not isinstance(X, torch.Tensor) or X.ndim != 2 or X.shape[0] == 0 or not X.is_floating_point():
+            got = tuple(X.shape) if isinstance(X, torch.Tensor) else type(X).__name__
+            raise ValueError(f"X must be a non-empty floating-point tensor [N, d], got {got}")
+        if not bool(torch.isfinite(X).all()):
+            raise ValueError("X must be finite, got NaN/inf entries")
+        d = X.shape[1]
+        Xd = X.double()
+        if self.method == "msae":
+            mean = Xd.mean(dim=0)
+            scale = math.sqrt(d) / float((Xd - mean).pow(2).sum(dim=1).mean())
+        elif self.method == "saelens":
+            mean = torch.zeros(d, dtype=torch.float64)
+            scale = math.sqrt(d) / float(Xd.norm(dim=1).mean())
+        else:
+            mean, scale = torch.zeros(d, dtype=torch.float64), 1.0
+        if not math.isfinite(scale) or scale <= 0:
+            raise ValueError(f"X has (near-)zero spread, cannot normalise (scale={scale})")
+        self.mean_ = mean.to(X.dtype)
+        self.scale_ = scale
+        return self
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "mean_"):
+            raise RuntimeError("ActivationNormalizer is not fitted: call fit(X) first")
+
+    def transform(self, X: torch.Tensor) -> torch.Tensor:
+        """``(X − mean_) · scale_`` for X [..., d]."""
+        self._check_fitted()
+        if X.shape[-1] != self.mean_.numel():
+            raise ValueError(f"X must have shape [..., d={self.mean_.numel()}], got {tuple(X.shape)}")
+        return (X - self.mean_.to(X)) * self.scale_
+
+    def inverse_transform(self, X: torch.Tensor) -> torch.Tensor:
+        """``X / scale_ + mean_`` (maps reconstructions back to the activation space)."""
+        self._check_fitted()
+        return X / self.scale_ + self.mean_.to(X)
+
+    def fit_transform(self, X: torch.Tensor) -> torch.Tensor:
+        return self.fit(X).transform(X)

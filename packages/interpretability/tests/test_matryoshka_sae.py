@@ -1,0 +1,428 @@
+"""Tests of P22 (Matryoshka-over-k SAE) and the shared SAE toolkit in icml25.interpretability.sae."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import warnings
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from icml25.interpretability.sae import (
+    ActivationNormalizer,
+    BatchTopKSAE,
+    MatryoshkaKSAE,
+    MatryoshkaSAE,
+    ReLUSAE,
+    TopKSAE,
+    from_saelens,
+    fvu_auc_log2k,
+    level_weights,
+    msae_loss,
+    nesting_list,
+    nmse,
+    pareto_curve,
+    sae_metrics,
+    sparse_dictionary_data,
+    to_saelens,
+    topk_relu,
+    train_sae,
+)
+
+
+def _perturbed(model, seed=0, scale=0.3):
+    """Give a freshly initialised model non-trivial biases so that tests exercise them."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        model.b_enc.copy_(scale * torch.randn(model.d_sae, generator=g))
+        model.b_dec.copy_(scale * torch.randn(model.d_in, generator=g))
+        model.W_dec.mul_(1 + torch.rand(model.d_sae, 1, generator=g))  # unequal row norms
+    return model
+
+
+# ------------------------------------------------------------------------------------------------ top-k
+def test_topk_keeps_exactly_k_entries_with_ties_and_relu_values():
+    pre = torch.tensor([[1.0, 1.0, 1.0, 1.0, -2.0], [0.0, 0.0, 0.0, 0.0, 0.0], [3.0, -1.0, 2.0, -5.0, 1.0]])
+    values, idx = topk_relu(pre, 3)
+    assert values.shape == idx.shape == (3, 3)
+    assert all(len(set(row.tolist())) == 3 for row in idx)  # k distinct indices even with ties
+    torch.testing.assert_close(values, pre.gather(1, idx).relu())
+    assert torch.equal(values[2].sort().values, torch.tensor([1.0, 2.0, 3.0]))
+
+
+def test_encode_cap_has_k_nonzeros_when_preactivations_are_positive():
+    torch.manual_seed(0)
+    sae = TopKSAE(8, 32, k=4)
+    with torch.no_grad():
+        sae.b_enc.fill_(10.0)  # every pre-activation positive
+    x = torch.randn(16, 8)
+    for k in (1, 4, 7, 32):
+        z = sae.encode(x, k)
+        assert torch.all((z != 0).sum(-1) == k)
+    assert torch.all((sae.encode(x) != 0).sum(-1) == 4)
+
+
+# -------------------------------------------------------------------------------------------- MSAE core
+def test_single_level_msae_equals_topk_sae_loss_and_grads():
+    torch.manual_seed(0)
+    topk = _perturbed(TopKSAE(12, 48, k=6))
+    msae = MatryoshkaKSAE(12, 48, ks=[6])
+    msae.load_state_dict(topk.state_dict())
+    x = torch.randn(32, 12)
+    l1, _ = topk.loss(x)
+    l2, _ = msae.loss(x)
+    torch.testing.assert_close(l1, l2, rtol=1e-6, atol=1e-7)
+    g1 = torch.autograd.grad(l1, list(topk.parameters()))
+    g2 = torch.autograd.grad(l2, list(msae.parameters()))
+    for a, b in zip(g1, g2):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_nested_supports_and_relu_top_level():
+    torch.manual_seed(1)
+    msae = _perturbed(MatryoshkaKSAE(10, 40, ks=[2, 5, 11, 40]))
+    x = torch.randn(25, 10)
+    recons, latents = msae.forward_levels(x)
+    assert len(recons) == len(latents) == 4
+    for small, big in itertools.pairwise(latents):
+        assert torch.all((small != 0) <= (big != 0))  # supp(z_{k_i}) ⊆ supp(z_{k_{i+1}})
+    pre = msae.pre_activations(x)
+    torch.testing.assert_close(latents[-1], pre.relu())
+    for k, z, r in zip(msae.ks, latents, recons):
+        assert torch.all((z != 0).sum(-1) <= k)
+        torch.testing.assert_close(r, msae.decode(z), rtol=1e-5, atol=1e-5)  # prefix decode = dense decode
+        torch.testing.assert_close(r, msae(x, k), rtol=1e-5, atol=1e-5)  # and = inference-time cap
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    d=st.integers(1, 6),
+    n=st.integers(2, 24),
+    ks=st.lists(st.integers(1, 24), min_size=1, max_size=4, unique=True),
+    seed=st.integers(0, 1000),
+)
+def test_property_msae_levels_equal_separate_topk_models(d, n, ks, seed):
+    ks = sorted(min(k, n) for k in set(ks))
+    ks = sorted(set(ks))
+    torch.manual_seed(seed)
+    msae = _perturbed(MatryoshkaKSAE(d, n, ks=ks), seed)
+    x = torch.randn(7, d, dtype=torch.float32)
+    recons, _ = msae.forward_levels(x)
+    for k, r in zip(ks, recons):
+        single = TopKSAE(d, n, k)
+        single.load_state_dict(msae.state_dict())
+        ref = single(x)
+        # ties between equal pre-activations can pick different (equal-valued) latents: compare errors
+        torch.testing.assert_close(r, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_level_weights_and_nesting_list():
+    assert level_weights("UW", 4) == [1.0, 1.0, 1.0, 1.0]
+    assert level_weights("RW", 4) == [4.0, 3.0, 2.0, 1.0]  # heaviest on the smallest k
+    assert level_weights([0.5, 2.0], 2) == [0.5, 2.0]
+    assert nesting_list(64, 6144) == [64, 128, 256, 512, 1024, 2048, 4096, 6144]
+    assert nesting_list(4, 256) == [4, 8, 16, 32, 64, 128, 256]
+    assert MatryoshkaKSAE(8, 64, ks=16).ks == [16, 32, 64]
+    assert MatryoshkaSAE is MatryoshkaKSAE
+
+
+def test_msae_loss_is_weighted_mean_of_level_nmse():
+    torch.manual_seed(2)
+    x = torch.randn(9, 5)
+    recons = [x + 0.1 * i * torch.randn(9, 5) for i in range(1, 4)]
+    w = [3.0, 2.0, 1.0]
+    per_level = [((r - x) ** 2).mean(1).div((x**2).mean(1)).mean() for r in recons]
+    expected = sum(wi * li for wi, li in zip(w, per_level)) / 6.0
+    torch.testing.assert_close(msae_loss(recons, x, w), expected)
+    torch.testing.assert_close(
+        msae_loss(recons, x, w, kind="mse"), sum(wi * ((r - x) ** 2).mean() for wi, r in zip(w, recons)) / 6
+    )
+    msae = MatryoshkaKSAE(5, 20, ks=[2, 4, 20], weighting="RW")
+    loss, _ = msae.loss(x)
+    rec, _ = msae.forward_levels(x)
+    torch.testing.assert_close(loss, msae_loss(rec, x, [3.0, 2.0, 1.0]))
+
+
+# ---------------------------------------------------------------------------------- decoder normalisation
+def test_decoder_normalisation_keeps_outputs_and_projection_is_orthogonal():
+    torch.manual_seed(3)
+    msae = _perturbed(MatryoshkaKSAE(6, 30, ks=[3, 30]))
+    x = torch.randn(20, 6)
+    before = msae(x)  # uncapped ReLU level
+    msae.normalize_decoder_()
+    torch.testing.assert_close(msae.W_dec.norm(dim=1), torch.ones(30), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(msae(x), before, rtol=1e-5, atol=1e-5)
+    # With equal row norms (the init), top-k selection is unchanged too.
+    topk = TopKSAE(6, 30, k=4)
+    before_k = topk(x)
+    topk.normalize_decoder_()
+    torch.testing.assert_close(topk(x), before_k, rtol=1e-5, atol=1e-5)
+    loss, _ = msae.loss(x)
+    loss.backward()
+    msae.project_decoder_grad_()
+    dots = (msae.W_dec.grad * msae.W_dec).sum(dim=1)
+    assert dots.abs().max() < 1e-6
+
+
+# -------------------------------------------------------------------------------------------- metrics
+def test_metric_identities():
+    torch.manual_seed(4)
+    x = torch.randn(50, 16)
+    z = torch.relu(torch.randn(50, 32))
+    m = sae_metrics(x, x, z)
+    assert m["fvu"] == 0.0
+    assert m["cosine"] == pytest.approx(1.0, abs=1e-12)
+    assert m["explained_variance_batch"] == pytest.approx(1.0)
+    per_sample_mean = x.mean(dim=1, keepdim=True).expand_as(x)
+    assert sae_metrics(x, per_sample_mean, z)["fvu"] == pytest.approx(1.0, abs=1e-12)
+    batch_mean = x.mean(dim=0, keepdim=True).expand_as(x)
+    assert sae_metrics(x, batch_mean, z)["explained_variance_batch"] == pytest.approx(0.0, abs=1e-12)
+    zs = torch.zeros(50, 32)
+    zs[:, :3] = 1.0
+    m = sae_metrics(x, x, zs)
+    assert m["l0"] == 3.0
+    assert m["sparsity"] == pytest.approx(1 - 3 / 32)
+    assert m["dead_frac"] == pytest.approx(29 / 32)
+    assert fvu_auc_log2k([4, 8, 16], [1.0, 0.5, 0.5]) == pytest.approx(0.75 + 0.5)
+
+
+def test_pareto_curve_streams_like_one_batch():
+    torch.manual_seed(5)
+    sae = _perturbed(ReLUSAE(8, 24))
+    X = torch.randn(101, 8)
+    a = pareto_curve(sae, X, [3, None], batch_size=17)
+    b = pareto_curve(sae, X, [3, None], batch_size=1000)
+    for ra, rb in zip(a, b):
+        assert ra["k"] == rb["k"]
+        for key in ("fvu", "cosine", "l0", "dead_frac", "explained_variance_batch"):
+            assert ra[key] == pytest.approx(rb[key], rel=1e-9, abs=1e-12)
+    z = sae.encode(X, 3)
+    assert a[0]["fvu"] == pytest.approx(sae_metrics(X, sae.decode(z), z)["fvu"], rel=1e-6)
+
+
+def test_normalizers():
+    X, _ = sparse_dictionary_data(500, d=16, n_features=40, max_active=8, seed=0)
+    msae = ActivationNormalizer("msae").fit(X)
+    Xn = msae.transform(X)
+    assert Xn.mean(0).abs().max() < 1e-5
+    # scale = sqrt(d) / E||x - mu||^2  (the official code's mean *squared* norm)
+    expected = math.sqrt(16) / float((X - X.mean(0)).pow(2).sum(1).mean())
+    assert msae.scale_ == pytest.approx(expected, rel=1e-6)
+    torch.testing.assert_close(msae.inverse_transform(Xn), X, rtol=1e-5, atol=1e-5)
+    sl = ActivationNormalizer("saelens").fit(X)
+    assert float(sl.transform(X).norm(dim=1).mean()) == pytest.approx(4.0, rel=1e-5)
+
+
+# --------------------------------------------------------------------------------------- other SAEs
+def test_batch_topk_training_and_threshold_inference():
+    torch.manual_seed(6)
+    sae = BatchTopKSAE(8, 32, k=3)
+    x = torch.randn(10, 8)
+    sae.train()
+    with torch.no_grad():
+        sae.b_enc.fill_(5.0)
+    assert int((sae.encode(x) != 0).sum()) == 30  # B·k over the batch, not k per row
+    sae.eval()
+    with pytest.warns(UserWarning, match="batch of size 1"):
+        sae.encode(x[:1])
+    sae.loss(x)  # one training-statistics update learns the threshold
+    theta = float(sae.threshold)
+    assert theta > 0
+    pre = sae.pre_activations(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        torch.testing.assert_close(sae.encode(x[:1]), (pre[:1].relu() * (pre[:1] > theta)))
+
+
+def test_auxk_loss_feeds_only_dead_latents():
+    torch.manual_seed(7)
+    sae = TopKSAE(8, 32, k=2, aux_k=4, dead_after=1)
+    x = torch.randn(16, 8)
+    with torch.no_grad():
+        sae.samples_since_fired.zero_()
+    pre = sae.pre_activations(x)
+    assert float(sae.auxk_loss(pre, torch.randn(16, 8))) == 0.0  # nobody dead
+    dead = torch.zeros(32, dtype=torch.bool)
+    dead[:10] = True
+    with torch.no_grad():
+        sae.samples_since_fired[dead] = 5
+    aux = sae.auxk_loss(sae.pre_activations(x), torch.randn(16, 8))
+    assert float(aux.detach()) > 0
+    (g_enc,) = torch.autograd.grad(aux, [sae.W_enc])
+    assert g_enc[:, ~dead].abs().max() == 0
+    assert g_enc[:, dead].abs().max() > 0
+    _loss, logs = sae.loss(x)
+    assert "aux" in logs
+
+
+def test_training_reduces_loss_and_accepts_streams():
+    X, _ = sparse_dictionary_data(2048, d=16, n_features=48, mean_active=3, max_active=8, seed=1)
+    X = ActivationNormalizer("msae").fit_transform(X)
+    torch.manual_seed(0)
+    msae = MatryoshkaKSAE(16, 64, ks=[2, 8, 64])
+    logs = train_sae(msae, X, steps=40, batch_size=128, lr=3e-3, progress=False)
+    assert logs["loss"][-1] < 0.5 * logs["loss"][0]
+    # constant for 80% of the steps (32), then linear decay to 0: the last step runs at lr / 8
+    assert logs["lr"][31] == 3e-3 and logs["lr"][-1] == pytest.approx(3e-3 / 8)
+    torch.testing.assert_close(msae.W_dec.norm(dim=1), torch.ones(64), rtol=1e-5, atol=1e-5)
+    topk = TopKSAE(16, 64, k=4)
+    stream = (X[i : i + 128] for i in range(0, 1536, 128))
+    logs = train_sae(topk, stream, lr=3e-3, progress=False)
+    assert len(logs["loss"]) == 12
+    assert logs["loss"][-1] < logs["loss"][0]
+
+
+# ---------------------------------------------------------------------------------------- SAELens
+def _saelens_forward(state: dict, cfg: dict, x: torch.Tensor) -> torch.Tensor:
+    """SAELens inference semantics (documented layout), written independently of from_saelens."""
+    assert cfg["normalize_activations"] == "none"
+    sae_in = x - state["b_dec"] * cfg["apply_b_dec_to_input"]
+    pre = sae_in @ state["W_enc"] + state["b_enc"]
+    if cfg["architecture"] == "topk":
+        v, i = torch.topk(pre, cfg["k"], dim=-1)
+        z = torch.zeros_like(pre).scatter(-1, i, v.relu())
+    elif cfg["architecture"] == "jumprelu":
+        z = pre * (pre > state["threshold"])
+    else:
+        z = pre.relu()
+    return z @ state["W_dec"] + state["b_dec"]
+
+
+@pytest.mark.parametrize("kind", ["topk", "msae", "msae_capped", "relu", "batchtopk"])
+def test_saelens_round_trip_and_semantics(kind):
+    torch.manual_seed(8)
+    model = {
+        "topk": lambda: TopKSAE(12, 40, k=5),
+        "msae": lambda: MatryoshkaKSAE(12, 40, ks=[2, 8, 40]),
+        "msae_capped": lambda: MatryoshkaKSAE(12, 40, ks=[2, 8, 40]),
+        "relu": lambda: ReLUSAE(12, 40),
+        "batchtopk": lambda: BatchTopKSAE(12, 40, k=4),
+    }[kind]()
+    _perturbed(model)
+    x = torch.randn(30, 12)
+    if kind == "batchtopk":
+        model.loss(x)
+    model.eval()
+    k = 6 if kind == "msae_capped" else None
+    state, cfg = to_saelens(model, k=k)
+    assert cfg["architecture"] == {"topk": "topk", "msae_capped": "topk", "batchtopk": "jumprelu"}.get(
+        kind, "standard"
+    )
+    assert state["W_enc"].shape == (12, 40) and state["W_dec"].shape == (40, 12)
+    assert cfg["d_in"] == 12 and cfg["d_sae"] == 40 and cfg["apply_b_dec_to_input"] is True
+    expected = model(x, k)
+    torch.testing.assert_close(_saelens_forward(state, cfg, x), expected, rtol=1e-5, atol=1e-5)
+    back = from_saelens(state, cfg)
+    torch.testing.assert_close(back(x), expected, rtol=1e-5, atol=1e-5)
+    if kind == "msae":
+        assert isinstance(back, MatryoshkaKSAE) and back.ks == [2, 8, 40]
+
+
+def test_saelens_export_folds_the_normalizer_and_import_handles_legacy_cfgs():
+    torch.manual_seed(9)
+    X = 3.0 + 2.0 * torch.randn(64, 12)
+    norm = ActivationNormalizer("msae").fit(X)
+    model = _perturbed(MatryoshkaKSAE(12, 40, ks=[4, 40])).eval()
+    state, cfg = to_saelens(model, k=4, normalizer=norm)
+    expected = norm.inverse_transform(model(norm.transform(X), 4))  # raw activations in and out
+    torch.testing.assert_close(_saelens_forward(state, cfg, X), expected, rtol=1e-4, atol=1e-4)
+    # Legacy (< v6) keys, no b_dec subtraction, and expected_average_only_in with its factor.
+    topk = _perturbed(TopKSAE(12, 40, k=3)).eval()
+    st, _ = to_saelens(topk)
+    legacy = {"d_in": 12, "d_sae": 40, "activation_fn_str": "topk", "activation_fn_kwargs": {"k": 3}}
+    legacy_state = dict(st, b_enc=st["b_enc"] - st["b_dec"] @ st["W_enc"])
+    loaded = from_saelens(legacy_state, {**legacy, "apply_b_dec_to_input": False})
+    torch.testing.assert_close(loaded(X), topk(X), rtol=1e-4, atol=1e-4)
+    s = 0.25
+    scaled = {
+        "W_enc": st["W_enc"] / s,
+        "b_enc": st["b_enc"],
+        "W_dec": st["W_dec"] * s,
+        "b_dec": st["b_dec"] * s,
+    }
+    loaded = from_saelens(
+        scaled, {**legacy, "normalize_activations": "expected_average_only_in"}, norm_scaling_factor=s
+    )
+    torch.testing.assert_close(loaded(X), topk(X), rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="norm_scaling_factor"):
+        from_saelens(scaled, {**legacy, "normalize_activations": "expected_average_only_in"})
+
+
+def test_saelens_library_round_trip_when_installed():
+    sae_lens = pytest.importorskip("sae_lens")
+    torch.manual_seed(10)
+    for model, k in (
+        (TopKSAE(12, 40, k=5), None),
+        (MatryoshkaKSAE(12, 40, ks=[2, 40]), None),
+        (MatryoshkaKSAE(12, 40, ks=[2, 40]), 7),
+    ):
+        _perturbed(model).eval()
+        state, cfg = to_saelens(model, k=k)
+        sae = sae_lens.SAE.from_dict(cfg)
+        sae.load_state_dict(state)
+        x = torch.randn(9, 12)
+        torch.testing.assert_close(sae(x), model(x, k), rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------------------------------------------------------ bad inputs
+def test_bad_inputs_raise_clear_errors():
+    with pytest.raises(ValueError, match=r"k must be in \[1, 32\], got 33"):
+        TopKSAE(8, 32, k=33)
+    with pytest.raises(ValueError, match=r"k must be in \[1, 32\], got 0"):
+        TopKSAE(8, 32, k=0)
+    with pytest.raises(ValueError, match=r"ks\[i\] must be in \[1, 32\]"):
+        MatryoshkaKSAE(8, 32, ks=[4, 64])
+    with pytest.warns(UserWarning, match="sorted, de-duplicated"):
+        assert MatryoshkaKSAE(8, 32, ks=[16, 4, 4, 32]).ks == [4, 16, 32]
+    with pytest.raises(ValueError, match="one weight per level"):
+        MatryoshkaKSAE(8, 32, ks=[4, 32], weighting=[1.0])
+    with pytest.raises(ValueError, match="weighting must be one of"):
+        MatryoshkaKSAE(8, 32, ks=[4, 32], weighting="XW")
+    sae = MatryoshkaKSAE(8, 32, ks=[4, 32])
+    with pytest.raises(ValueError, match=r"x must have shape \[\.\.\., d_in=8\], got \(5, 7\)"):
+        sae(torch.randn(5, 7))
+    with pytest.raises(ValueError, match="x must be finite"):
+        sae.loss(torch.full((3, 8), float("nan")))
+    with pytest.raises(TypeError, match="floating-point"):
+        sae(torch.ones(3, 8, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"d_in=8"):
+        sae(torch.tensor(1.0))
+    assert sae(torch.randn(2, 3, 8)).shape == (2, 3, 8)  # [..., d] is flattened and restored
+    with pytest.raises(ValueError, match=r"k must be in \[1, 32\]"):
+        sae.encode(torch.randn(2, 8), k=40)
+    with pytest.raises(ValueError, match="steps must be given"):
+        train_sae(sae, torch.randn(10, 8))
+    with pytest.raises(ValueError, match="kind must be one of"):
+        msae_loss([torch.zeros(2, 8)], torch.ones(2, 8), [1.0], kind="l2")
+    with pytest.raises(ValueError, match="z must be a tensor of shape"):
+        sae.decode(torch.zeros(2, 31))
+    with pytest.raises(ValueError, match="BatchTopKSAE without a learned threshold"):
+        to_saelens(BatchTopKSAE(8, 32, 4))
+    assert float(nmse(torch.zeros(2, 3), torch.zeros(2, 3))) == 0.0  # no division by zero
+
+
+# ------------------------------------------------------------------------------------ reproduction
+@pytest.fixture(scope="module")
+def quick_report(tmp_path_factory):
+    from icml25.interpretability.experiments.matryoshka_sae import run
+
+    return run(quick=True, seed=0, out_dir=tmp_path_factory.mktemp("p22"))
+
+
+def test_quick_reproduction_passes(quick_report):
+    r = quick_report
+    m = r.metrics
+    assert r.paper == "P22"
+    # Brief §6 quick thresholds: AUC ratio <= 0.95, FVU@8 ratio <= 1.5.
+    assert m["auc_ratio_msae_uw_vs_best_topk"] <= 0.95
+    assert m["fvu_k8_ratio_msae_uw_vs_topk8"] <= 1.5
+    assert m["msae_uw_cosine_uncapped"] >= 0.95
+    assert r.passed
+    # A single-k TopK degrades away from its training k; MSAE does not.
+    assert m["topk8_fvu_k64"] > m["topk8_fvu_k8"]
+    assert m["msae_uw_fvu_k64"] < m["msae_uw_fvu_k8"] < m["msae_uw_fvu_k4"]
+    assert [p.name for p in r.figures] == ["p22_matryoshka_sae_pareto.png"]
+    assert r.figures[0].stat().st_size > 10_000
