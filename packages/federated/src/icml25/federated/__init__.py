@@ -4,6 +4,62 @@ Each paper is one module (its docstring cites the paper and its catalog id); the
 implemented paper is re-exported here.
 """
 
+from typing import Any
+
+from icml25.federated.data import FederatedData, dirichlet_split, iid_split, load_federated_digits
+from icml25.federated.dp import DPConfig, FederatedPrivacyLedger, RDPAccountant, clip_update, privatize_update
+from icml25.federated.fedceo import (
+    FedAvgAggregator,
+    FedCEOAggregator,
+    FedCEOConfig,
+    fedceo_smooth,
+    matricize,
+    svt,
+    tau_schedule,
+    tsvt,
+)
+from icml25.federated.server import DPFedAvgServer, FedCEOServer, FederatedServer, History
+from icml25.federated.training import LocalTrainConfig, make_mlp
+
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+# Flower classes (extra `[flower]`) are resolved lazily so that `import icml25.federated` never imports flwr;
+# they are left out of __all__ so that `from icml25.federated import *` works without the extra.
+_FLOWER = ("FedCEOStrategy", "DPFedAvgStrategy", "FedCEONumPyClient", "run_flower_simulation")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FLOWER:
+        from icml25.federated import flower
+
+        return getattr(flower, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [  # noqa: RUF022 (grouped by paper)
+    "__version__",
+    # P50 FedCEO
+    "DPConfig",
+    "DPFedAvgServer",
+    "FedAvgAggregator",
+    "FedCEOAggregator",
+    "FedCEOConfig",
+    "FedCEOServer",
+    "FederatedData",
+    "FederatedPrivacyLedger",
+    "FederatedServer",
+    "History",
+    "LocalTrainConfig",
+    "RDPAccountant",
+    "clip_update",
+    "dirichlet_split",
+    "fedceo_smooth",
+    "iid_split",
+    "load_federated_digits",
+    "make_mlp",
+    "matricize",
+    "privatize_update",
+    "svt",
+    "tau_schedule",
+    "tsvt",
+]

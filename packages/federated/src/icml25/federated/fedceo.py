@@ -1,0 +1,418 @@
+"""Clients Collaborate: Flexible Differentially Private Federated Learning with Guaranteed Improvement of
+Utility-Privacy Trade-off (FedCEO) — ICML 2025 — catalog id P50.
+
+Under differential privacy every uploaded client model carries independent Gaussian noise. FedCEO stacks
+the m uploaded copies of each parameter into a 3-way tensor ``X`` of shape ``[n1, n2, m]`` (client axis
+last) and replaces it by the proximal operator of the t-SVD tensor nuclear norm,
+
+    L = prox_{τ·TNN}(X):  FFT along the client axis, soft-threshold the singular values of every
+                          frequency slice by τ, inverse FFT.
+
+The threshold grows geometrically, τ_k = ϑ^k / (2λ) at the k-th smoothing, because DP noise accumulates.
+Smoothing is post-processing of already-privatised uploads, so the privacy guarantee is unchanged.
+
+Exact identity (checked in the tests): the client mean of ``L`` equals matrix singular value thresholding
+of the client mean of ``X`` with threshold τ/m (the zero frequency is the mean up to a factor m). The
+non-zero frequencies only change the personalised per-client slices, which clients restart from on
+rounds ``t % I == 0`` (optional, ``restart=True``).
+
+This module holds the algebra (:func:`tsvt`, :func:`matricize`, :func:`fedceo_smooth`,
+:func:`tau_schedule`) and :class:`FedCEOAggregator`, the server-side state machine shared by the
+plain-python loop (:mod:`icml25.federated.server`) and the Flower strategy (:mod:`icml25.federated.flower`).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import warnings
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+State = dict[str, Tensor]
+
+__all__ = [
+    "FedAvgAggregator",
+    "FedCEOAggregator",
+    "FedCEOConfig",
+    "fedceo_smooth",
+    "is_smoothing_round",
+    "matricize",
+    "mean_state",
+    "svt",
+    "tau_schedule",
+    "tsvt",
+]
+
+
+# --------------------------------------------------------------------------------------------------
+# Singular value thresholding
+# --------------------------------------------------------------------------------------------------
+
+
+def svt(a: Tensor, tau: float) -> Tensor:
+    """Matrix singular value soft-thresholding ``U max(S - τ, 0) Vᴴ`` (batched over leading dims).
+
+    Args:
+        a: ``[..., n1, n2]`` real or complex.
+        tau: threshold ≥ 0.
+    """
+    _check_tau(tau)
+    u, s, vh = torch.linalg.svd(a, full_matrices=False)
+    s = torch.clamp(s - tau, min=0.0)
+    return (u * s.unsqueeze(-2).to(u.dtype)) @ vh
+
+
+def tsvt(x: Tensor, tau: float) -> Tensor:
+    """t-SVD singular value soft-thresholding along the last (client) axis: ``prox_{τ·TNN}(x)``.
+
+    FFT along the client axis, SVT with threshold τ on every frequency slice, inverse FFT. Only the
+    ``⌊m/2⌋+1`` non-negative frequencies are computed (``rfft``): the others are complex conjugates of
+    them, and SVT commutes with conjugation, so the inverse transform is exactly real.
+
+    Args:
+        x: ``[n1, n2, m]`` real tensor (m clients).
+        tau: threshold ≥ 0; 0 returns ``x``.
+
+    Returns:
+        ``[n1, n2, m]`` tensor of the same dtype as ``x``.
+    """
+    if not isinstance(x, Tensor):
+        raise TypeError(f"x must be a torch.Tensor of shape [n1, n2, m], got {type(x).__name__}")
+    if x.ndim != 3:
+        raise ValueError(f"x must have shape [n1, n2, m] (3 dims), got shape {tuple(x.shape)}")
+    if not x.is_floating_point():
+        raise TypeError(f"x must be a real floating tensor, got dtype {x.dtype}")
+    _check_tau(tau)
+    m = x.shape[-1]
+    # float64 internally: the tensors are small and the identities in the tests hold to 1e-6.
+    xf = torch.fft.rfft(x.to(torch.float64), dim=-1)  # [n1, n2, m//2+1] complex
+    slices = xf.permute(2, 0, 1)  # [F, n1, n2]: one matrix per frequency
+    shrunk = svt(slices, tau).permute(1, 2, 0)
+    return torch.fft.irfft(shrunk, n=m, dim=-1).to(x.dtype)
+
+
+def _check_tau(tau: float) -> None:
+    if isinstance(tau, bool) or not isinstance(tau, (int, float)):
+        raise TypeError(f"tau must be a real number >= 0, got {type(tau).__name__}")
+    if not math.isfinite(tau) or tau < 0:
+        raise ValueError(f"tau must be a finite number >= 0, got {tau}")
+
+
+# --------------------------------------------------------------------------------------------------
+# Parameter matricization
+# --------------------------------------------------------------------------------------------------
+
+_CONVENTIONS = ("fedceo", "out_first")
+
+
+def matricize(p: Tensor, convention: str = "fedceo") -> tuple[Tensor, Callable[[Tensor], Tensor]]:
+    """View one parameter tensor as a matrix, and return the inverse map.
+
+    ``"fedceo"`` follows the official code, which transposes *all* axes of the stacked tensor:
+    a vector ``[n]`` becomes ``[1, n]``; a matrix ``[out, in]`` becomes ``[in, out]``; a tensor
+    ``[o, i, kh, kw]`` becomes ``[kw·kh·i, o]`` (axes reversed, all but the output axis flattened).
+    ``"out_first"`` uses ``[o, i·kh·kw]``. The two differ by a transpose and a row permutation, under
+    which singular value thresholding is equivariant, so the smoothed parameters are identical.
+
+    Args:
+        p: parameter tensor of any shape (a scalar is treated as ``[1, 1]``).
+        convention: ``"fedceo"`` or ``"out_first"``.
+
+    Returns:
+        ``(matrix [n1, n2], unmatricize)`` with ``unmatricize(matrix) == p`` (also on a batch
+        ``[..., n1, n2]`` → ``[..., *p.shape]``).
+    """
+    if not isinstance(p, Tensor):
+        raise TypeError(f"p must be a torch.Tensor, got {type(p).__name__}")
+    if convention not in _CONVENTIONS:
+        raise ValueError(f"convention must be one of {_CONVENTIONS}, got {convention!r}")
+    shape = tuple(p.shape)
+    if p.ndim == 0:
+        return p.reshape(1, 1), lambda mat: mat.reshape(mat.shape[:-2])
+    if p.ndim == 1:
+        return p.reshape(1, -1), lambda mat: mat.reshape(*mat.shape[:-2], *shape)
+    if convention == "out_first":
+        return p.reshape(shape[0], -1), lambda mat: mat.reshape(*mat.shape[:-2], *shape)
+    # "fedceo": reverse the axes, then merge all but the (now last) output axis into rows.
+    rev = tuple(reversed(range(p.ndim)))
+    rev_shape = tuple(shape[i] for i in rev)
+    mat = p.permute(rev).reshape(-1, shape[0])
+
+    def unmatricize(mat: Tensor) -> Tensor:
+        lead = mat.shape[:-2]
+        t = mat.reshape(*lead, *rev_shape)
+        k = len(lead)
+        return t.permute(*range(k), *(k + i for i in rev))
+
+    return mat, unmatricize
+
+
+# --------------------------------------------------------------------------------------------------
+# Smoothing of client states
+# --------------------------------------------------------------------------------------------------
+
+
+def _validate_states(client_states: Sequence[Mapping[str, Tensor]], name: str = "client_states") -> None:
+    if not isinstance(client_states, Sequence) or isinstance(client_states, (str, bytes)):
+        raise TypeError(f"{name} must be a list of state dicts, got {type(client_states).__name__}")
+    if len(client_states) == 0:
+        raise ValueError(f"{name} must hold at least one client state (empty round), got 0")
+    ref = client_states[0]
+    for i, st in enumerate(client_states):
+        if not isinstance(st, Mapping):
+            raise TypeError(f"{name}[{i}] must be a dict[str, Tensor], got {type(st).__name__}")
+        if set(st) != set(ref):
+            missing, extra = sorted(set(ref) - set(st)), sorted(set(st) - set(ref))
+            raise ValueError(f"{name}[{i}] keys differ from {name}[0]: missing {missing}, unexpected {extra}")
+        for k, v in st.items():
+            if not isinstance(v, Tensor):
+                raise TypeError(f"{name}[{i}][{k!r}] must be a torch.Tensor, got {type(v).__name__}")
+            if v.shape != ref[k].shape:
+                raise ValueError(
+                    f"{name}[{i}][{k!r}] has shape {tuple(v.shape)}, expected {tuple(ref[k].shape)} "
+                    f"(the shape in {name}[0]); all clients must upload the same architecture"
+                )
+            if v.is_floating_point() and not bool(torch.isfinite(v).all()):
+                raise ValueError(f"{name}[{i}][{k!r}] contains NaN or Inf")
+
+
+def _excluded(key: str, exclude: Iterable[str]) -> bool:
+    return any(fnmatch.fnmatchcase(key, pat) for pat in exclude)
+
+
+def mean_state(client_states: Sequence[Mapping[str, Tensor]]) -> State:
+    """Unweighted client mean of every floating tensor; non-float buffers are taken from client 0.
+
+    Args:
+        client_states: m state dicts with identical keys and shapes.
+    """
+    _validate_states(client_states)
+    out: State = {}
+    for k, v0 in client_states[0].items():
+        if v0.is_floating_point():
+            out[k] = torch.stack([st[k] for st in client_states]).mean(0)
+        else:
+            out[k] = v0.clone()
+    return out
+
+
+def fedceo_smooth(
+    client_states: Sequence[Mapping[str, Tensor]],
+    tau: float,
+    *,
+    exclude: Iterable[str] = (),
+    convention: str = "fedceo",
+) -> tuple[list[State], State]:
+    """Tensor low-rank proximal smoothing of m client models (one shot of FedCEO's step).
+
+    For every floating-point entry of the state dicts, stack the m matricised copies into
+    ``X [n1, n2, m]`` and replace them by ``tsvt(X, τ)``. Keys matching an ``exclude`` glob pattern
+    (e.g. ``"*.bias"``) and non-float buffers (e.g. BatchNorm's ``num_batches_tracked``) are left as
+    uploaded. The global model is the plain mean of the smoothed client states.
+
+    Args:
+        client_states: m dicts ``{name: tensor}`` with identical keys and shapes (m ≥ 1; with m = 1
+            smoothing is matrix SVT).
+        tau: threshold ≥ 0.
+        exclude: glob patterns of keys not to smooth.
+        convention: matricization, see :func:`matricize` (the result does not depend on it).
+
+    Returns:
+        ``(smoothed per-client states, global mean state)``.
+    """
+    _validate_states(client_states)
+    _check_tau(tau)
+    exclude = tuple(exclude)
+    m = len(client_states)
+    if m < 2:
+        warnings.warn("fedceo_smooth with a single client degenerates to matrix SVT", stacklevel=2)
+    smoothed: list[State] = [{} for _ in range(m)]
+    for k, v0 in client_states[0].items():
+        if not v0.is_floating_point() or _excluded(k, exclude):
+            for i, st in enumerate(client_states):
+                smoothed[i][k] = st[k].clone()
+            continue
+        mats = []
+        unmat: Callable[[Tensor], Tensor] | None = None
+        for st in client_states:
+            mat, unmat = matricize(st[k], convention)
+            mats.append(mat)
+        low_rank = tsvt(torch.stack(mats, dim=-1), tau)  # [n1, n2, m]
+        assert unmat is not None
+        per_client = unmat(low_rank.permute(2, 0, 1))  # [m, *shape]
+        for i in range(m):
+            smoothed[i][k] = per_client[i].contiguous()
+    return smoothed, mean_state(smoothed)
+
+
+# --------------------------------------------------------------------------------------------------
+# Schedule
+# --------------------------------------------------------------------------------------------------
+
+
+def is_smoothing_round(round_idx: int, interval: int) -> bool:
+    """Smoothing runs after 0-indexed round ``t`` when ``(t + 1) % I == 0``."""
+    return (round_idx + 1) % interval == 0
+
+
+def tau_schedule(round_idx: int, lam: float, theta: float, interval: int) -> float:
+    """Threshold used when smoothing after 0-indexed round ``t``: ``τ = ϑ^⌈t/I⌉ / (2λ)``.
+
+    On smoothing rounds ``t = kI − 1`` this is ``ϑ^k / (2λ)`` for ``I > 1`` (the official code's
+    formula; with ``I = 1`` the k-th smoothing uses ``ϑ^(k−1)``). ``ϑ = 1`` is the fixed variant.
+    """
+    if isinstance(round_idx, bool) or not isinstance(round_idx, int) or round_idx < 0:
+        raise ValueError(f"round_idx must be an int >= 0, got {round_idx!r}")
+    _check_schedule(lam, theta, interval)
+    return float(theta ** math.ceil(round_idx / interval) / (2.0 * lam))
+
+
+def _check_schedule(lam: float, theta: float, interval: int) -> None:
+    if not isinstance(lam, (int, float)) or isinstance(lam, bool) or not (lam > 0 and math.isfinite(lam)):
+        raise ValueError(f"lam must be a finite number > 0, got {lam!r}")
+    if (
+        not isinstance(theta, (int, float))
+        or isinstance(theta, bool)
+        or not (theta > 0 and math.isfinite(theta))
+    ):
+        raise ValueError(f"theta must be a finite number > 0 (usually >= 1), got {theta!r}")
+    if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
+        raise ValueError(f"interval must be an int >= 1, got {interval!r}")
+
+
+# --------------------------------------------------------------------------------------------------
+# Server-side state machine shared by the plain loop and the Flower strategy
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FedCEOConfig:
+    """FedCEO hyper-parameters.
+
+    Attributes:
+        lam: λ > 0; the initial threshold is ``1/(2λ)``.
+        theta: geometric growth ϑ of the threshold per smoothing (1 = fixed threshold; < 1 warns).
+        interval: smooth every ``I`` rounds (after rounds ``t`` with ``(t+1) % I == 0``).
+        restart: on rounds ``t % I == 0`` (t > 0) each sampled client starts from its stored
+            personalised state instead of the global model (clients never seen start from global).
+        exclude: glob patterns of parameter names left unsmoothed (e.g. ``("*.bias",)``).
+    """
+
+    lam: float
+    theta: float = 1.04
+    interval: int = 10
+    restart: bool = True
+    exclude: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        _check_schedule(self.lam, self.theta, self.interval)
+        if self.theta < 1:
+            warnings.warn(
+                f"theta={self.theta} < 1: the smoothing threshold shrinks over rounds", stacklevel=3
+            )
+        if isinstance(self.exclude, str):
+            raise TypeError(f"exclude must be a tuple of glob patterns, got the string {self.exclude!r}")
+        object.__setattr__(self, "exclude", tuple(self.exclude))
+
+    def tau(self, round_idx: int) -> float:
+        """Threshold applied after 0-indexed round ``round_idx``."""
+        return tau_schedule(round_idx, self.lam, self.theta, self.interval)
+
+    @classmethod
+    def from_tau(cls, tau0: float, **kwargs: object) -> FedCEOConfig:
+        """Build from the initial threshold ``τ0 = 1/(2λ)``."""
+        if not isinstance(tau0, (int, float)) or not tau0 > 0:
+            raise ValueError(f"tau0 must be a number > 0, got {tau0!r}")
+        return cls(lam=1.0 / (2.0 * float(tau0)), **kwargs)  # type: ignore[arg-type]
+
+
+def _check_uploads(
+    uploads: Mapping[Hashable, Mapping[str, Tensor]] | Sequence[tuple[Hashable, State]],
+) -> list:
+    items = list(uploads.items()) if isinstance(uploads, Mapping) else list(uploads)
+    if len(items) == 0:
+        raise ValueError("uploads must hold at least one (client_id, state) pair (empty round), got 0")
+    ids = [cid for cid, _ in items]
+    if len(set(ids)) != len(ids):
+        dup = sorted({str(c) for c in ids if ids.count(c) > 1})
+        raise ValueError(f"uploads must have distinct client ids within a round, got duplicates {dup}")
+    _validate_states([st for _, st in items], name="uploads")
+    return items
+
+
+class FedAvgAggregator:
+    """Unweighted mean of the uploads (FedAvg / DP-FedAvg server step), same interface as FedCEO's."""
+
+    def start_state(self, round_idx: int, client_id: Hashable, global_state: State) -> State:
+        """State the client trains from in round ``round_idx``: always the global model."""
+        return global_state
+
+    def aggregate(
+        self, round_idx: int, uploads: Mapping[Hashable, State] | Sequence[tuple[Hashable, State]]
+    ) -> State:
+        """Global model after round ``round_idx`` from ``{client_id: uploaded state}``."""
+        items = _check_uploads(uploads)
+        return mean_state([st for _, st in items])
+
+    def smoothed_round(self, round_idx: int) -> bool:
+        return False
+
+
+class FedCEOAggregator(FedAvgAggregator):
+    """FedCEO's server: stores per-client personalised states, smooths every ``I`` rounds.
+
+    Used unchanged by :class:`icml25.federated.server.FedCEOServer` and by
+    :class:`icml25.federated.flower.FedCEOStrategy`. Following the official code, a client's stored
+    state is its latest upload, replaced by its smoothed slice when the round is a smoothing round.
+
+    Attributes:
+        personal_states: ``{client_id: state}`` of every client seen so far.
+        taus: ``{round_idx: τ}`` of the smoothing rounds performed.
+    """
+
+    def __init__(self, config: FedCEOConfig) -> None:
+        if not isinstance(config, FedCEOConfig):
+            raise TypeError(f"config must be a FedCEOConfig, got {type(config).__name__}")
+        self.config = config
+        self.personal_states: dict[Hashable, State] = {}
+        self.taus: dict[int, float] = {}
+
+    def smoothed_round(self, round_idx: int) -> bool:
+        return is_smoothing_round(round_idx, self.config.interval)
+
+    def start_state(self, round_idx: int, client_id: Hashable, global_state: State) -> State:
+        """Personalised restart on rounds ``t % I == 0`` (t > 0) when enabled and a state is stored.
+
+        Unlike the official code, a client without a stored state trains from the global model
+        (the official loop silently re-uploads the previous client's weights).
+        """
+        if (
+            self.config.restart
+            and round_idx > 0
+            and round_idx % self.config.interval == 0
+            and client_id in self.personal_states
+        ):
+            return self.personal_states[client_id]
+        return global_state
+
+    def aggregate(
+        self, round_idx: int, uploads: Mapping[Hashable, State] | Sequence[tuple[Hashable, State]]
+    ) -> State:
+        items = _check_uploads(uploads)
+        ids = [cid for cid, _ in items]
+        states = [st for _, st in items]
+        if self.smoothed_round(round_idx):
+            tau = self.config.tau(round_idx)
+            self.taus[round_idx] = tau
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # m = 1 is legitimate inside a run
+                states, global_state = fedceo_smooth(states, tau, exclude=self.config.exclude)
+        else:
+            global_state = mean_state(states)
+        for cid, st in zip(ids, states):
+            self.personal_states[cid] = {k: v.detach().clone() for k, v in st.items()}
+        return global_state
