@@ -6,4 +6,42 @@ implemented paper is re-exported here.
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+from icml25.rl.datasets import trajectories, validate_offline_dataset
+from icml25.rl.gas import (
+    TDR,
+    DirectionalPolicy,
+    FlatAgent,
+    GASAgent,
+    KeyGraph,
+    PolicyConfig,
+    TDRConfig,
+    select_subgoal,
+    td_cluster,
+    te_filter,
+    te_filter_dataset,
+    train_policy,
+    train_tdr,
+)
+from icml25.rl.maze import GridMaze, generate_stitch_dataset
+
+__all__ = [  # noqa: RUF022 (grouped by paper)
+    "__version__",
+    # P05 GAS
+    "TDR",
+    "DirectionalPolicy",
+    "FlatAgent",
+    "GASAgent",
+    "GridMaze",
+    "KeyGraph",
+    "PolicyConfig",
+    "TDRConfig",
+    "generate_stitch_dataset",
+    "select_subgoal",
+    "td_cluster",
+    "te_filter",
+    "te_filter_dataset",
+    "train_policy",
+    "train_tdr",
+    "trajectories",
+    "validate_offline_dataset",
+]
