@@ -4,6 +4,16 @@ Each paper is one module (its docstring cites the paper and its catalog id); the
 implemented paper is re-exported here.
 """
 
+from icml25.llm_efficiency.aqua_kv import (
+    AquaPredictors,
+    CalibrationReport,
+    HiggsQuantizer,
+    PassthroughQuantizer,
+    UniformQuantizer,
+    calibrate_predictors,
+    evaluate_kv_compression,
+    make_gaussian_grid,
+)
 from icml25.llm_efficiency.sparge import (
     SpargeController,
     SpargeHeadParams,
@@ -18,12 +28,20 @@ from icml25.llm_efficiency.sparge import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "AquaPredictors",
+    "CalibrationReport",
+    "HiggsQuantizer",
+    "PassthroughQuantizer",
     "SpargeController",
     "SpargeHeadParams",
     "SpargeStats",
     "SpargeTuner",
+    "UniformQuantizer",
     "__version__",
     "block_sparse_attention",
+    "calibrate_predictors",
+    "evaluate_kv_compression",
+    "make_gaussian_grid",
     "predict_block_mask",
     "register_sparge_attention",
     "sparge_attention",

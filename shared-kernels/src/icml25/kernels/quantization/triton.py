@@ -43,6 +43,7 @@ def _quantize_pack_kernel(
     N_CHUNKS: tl.constexpr = GROUP // 32
     WORDS: tl.constexpr = BITS * N_CHUNKS  # int32 words per group
     QMAX: tl.constexpr = (1 << BITS) - 1
+    PER_WORD: tl.constexpr = 32 // BITS  # codes per word for 2/4/8 bits (3 bits uses bit planes)
 
     pid = tl.program_id(0).to(tl.int64)  # int64 offsets: tensors may exceed 2**31 elements
     g = pid * BLOCK_GROUPS + tl.arange(0, BLOCK_GROUPS)  # (G,) group index
@@ -82,7 +83,6 @@ def _quantize_pack_kernel(
                 sel = k >= 0
                 field = (q >> 2) << k.to(tl.uint32)
         else:
-            PER_WORD: tl.constexpr = 32 // BITS
             sel = (k // PER_WORD) == j
             field = q << ((k % PER_WORD) * BITS).to(tl.uint32)
         word = tl.sum(tl.where(sel[None, None, :], field, 0), axis=2).to(tl.uint32)
@@ -102,6 +102,7 @@ def _unpack_dequantize_kernel(
 ):
     N_CHUNKS: tl.constexpr = GROUP // 32
     WORDS: tl.constexpr = BITS * N_CHUNKS
+    PER_WORD: tl.constexpr = 32 // BITS  # codes per word for 2/4/8 bits (3 bits uses bit planes)
 
     pid = tl.program_id(0).to(tl.int64)  # int64 offsets: tensors may exceed 2**31 elements
     g = pid * BLOCK_GROUPS + tl.arange(0, BLOCK_GROUPS)
@@ -117,7 +118,6 @@ def _unpack_dequantize_kernel(
         high = tl.load(word_base + 2 + 0 * k[None, None, :], mask=mask, other=0).to(tl.uint32, bitcast=True)
         q = ((low >> ((k % 16) * 2).to(tl.uint32)) & 3) | (((high >> k.to(tl.uint32)) & 1) << 2)
     else:
-        PER_WORD: tl.constexpr = 32 // BITS
         w = tl.load(word_base + (k // PER_WORD)[None, None, :], mask=mask, other=0).to(
             tl.uint32, bitcast=True
         )
