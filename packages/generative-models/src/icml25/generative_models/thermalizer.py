@@ -1,0 +1,713 @@
+"""Thermalizer: Stable autoregressive neural emulation of spatiotemporal chaos — ICML 2025 — P02.
+
+Pedersen, Zanna & Bruna (arXiv 2503.18731; code ``Chris-Pedersen/thermalizer``). An autoregressive
+emulator ``x_{n+1} = x_n + f_θ(x_n)`` of a chaotic system drifts off the invariant measure μ as small
+errors compound, and eventually blows up. A *thermalizer* — a DDPM trained on clean snapshots of μ, whose
+network also classifies the noise level of its input — is run alongside the emulator: after every step
+the classifier estimates how far the state is from μ, expressed as a diffusion level k̂; when k̂ exceeds
+``s_init`` the state is forward-diffused to level k̂ and pulled back to level ``s_stop`` by k̂ − s_stop
+ancestral reverse steps. The two models are trained independently; the thermalizer is used only at
+inference, so any ``nn.Module`` emulator can be wrapped.
+
+Conventions (shared with the reference code): levels are ``k = 0..T-1``; with the cosine schedule
+``f(t) = cos²(((t/T + s)/(1 + s))·π/2)``, ``β_k = min(1 − f(k+1)/f(k), 0.999)`` and
+``ᾱ_k = Π_{j≤k}(1 − β_j)``, so level 0 already carries a little noise. A reverse step *at level i* maps
+``x_i → x_{i−1}`` with the posterior ``q(x_{i−1} | x_i, x̂_0(ε̂))``; the step at i = 0 returns the
+clean estimate (no noise).
+
+Shapes: states are ``(B, *event)`` (e.g. ``(B, K)`` for Lorenz-96, ``(B, N)`` for 1D KS); levels are
+``(B,)`` int64. Both models take states in physical units and normalise internally by the training data's
+``field_mean`` / ``field_std`` (stored as buffers by ``fit``).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = [
+    "MLP",
+    "ConvLevelHead1d",
+    "LevelMLP",
+    "PeriodicConvNet1d",
+    "ResidualEmulator",
+    "RolloutResult",
+    "Thermalizer",
+    "cosine_beta_schedule",
+    "thermalized_rollout",
+]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Noise schedule
+# ----------------------------------------------------------------------------------------------------------
+
+
+def cosine_beta_schedule(T: int, s: float = 0.008, max_beta: float = 0.999) -> Tensor:
+    """Cosine schedule of Nichol & Dhariwal (2021), as used by the Thermalizer.
+
+    Args:
+        T: number of noise levels.
+        s: offset that keeps β small near level 0.
+        max_beta: clip of β (prevents the singular β = 1 at the last level).
+
+    Returns:
+        betas, float64 tensor of shape ``(T,)`` with ``β_k = min(1 − f(k+1)/f(k), max_beta)``.
+    """
+    if isinstance(T, bool) or not isinstance(T, int) or T < 2:
+        raise ValueError(f"T must be an int >= 2, got {T!r}")
+    t = torch.arange(T + 1, dtype=torch.float64)
+    f = torch.cos(((t / T + s) / (1.0 + s)) * math.pi / 2.0) ** 2
+    return torch.clamp(1.0 - f[1:] / f[:-1], 0.0, max_beta)
+
+
+def _linear_beta_schedule(T: int) -> Tensor:
+    # Ho et al. (2020), rescaled so that T levels span the same total noise as their T = 1000 schedule.
+    scale = 1000.0 / T
+    return torch.linspace(scale * 1e-4, min(scale * 0.02, 0.999), T, dtype=torch.float64)
+
+
+def _expand(coef: Tensor, like: Tensor) -> Tensor:
+    """Index-gathered per-element coefficient ``(B,)`` reshaped to broadcast against ``(B, *event)``."""
+    return coef.reshape(coef.shape[0], *([1] * (like.dim() - 1))).to(like.dtype)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Small networks (CPU-sized defaults for the reproduction; any nn.Module with the same call works)
+# ----------------------------------------------------------------------------------------------------------
+
+
+class MLP(nn.Module):
+    """``depth``-layer SiLU MLP ``(B, d_in) -> (B, d_out)``; the last layer starts at zero if ``zero_out``.
+
+    Zero-initialising the output of a residual emulator makes it start as the identity map, which is the
+    usual trick for stable one-step training.
+    """
+
+    def __init__(self, d_in: int, d_out: int, hidden: int = 128, depth: int = 2, zero_out: bool = False):
+        super().__init__()
+        if depth < 1:
+            raise ValueError(f"depth must be >= 1, got {depth}")
+        dims = [d_in] + [hidden] * (depth - 1) + [d_out]
+        layers: list[nn.Module] = []
+        for i in range(depth):
+            layers.append(nn.Linear(dims[i], dims[i + 1]))
+            if i < depth - 1:
+                layers.append(nn.SiLU())
+        self.net = nn.Sequential(*layers)
+        if zero_out:
+            nn.init.zeros_(self.net[-1].weight)
+            nn.init.zeros_(self.net[-1].bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(x)
+
+
+class LevelMLP(nn.Module):
+    """ε-network for vector states ``(B, d)``, optionally conditioned on the diffusion level.
+
+    With ``n_levels=None`` (the paper's choice) it is called as ``net(x)`` and must infer the level from
+    ``x``; with ``n_levels=T`` it is called as ``net(x, k)`` and adds a learned level embedding to every
+    hidden layer, which trains faster on CPU.
+    """
+
+    def __init__(self, dim: int, hidden: int = 256, depth: int = 3, n_levels: int | None = None):
+        super().__init__()
+        if depth < 2:
+            raise ValueError(f"depth must be >= 2, got {depth}")
+        self.inp = nn.Linear(dim, hidden)
+        self.hidden = nn.ModuleList(nn.Linear(hidden, hidden) for _ in range(depth - 2))
+        self.out = nn.Linear(hidden, dim)
+        self.embed = None if n_levels is None else nn.Embedding(n_levels, hidden)
+
+    def forward(self, x: Tensor, k: Tensor | None = None) -> Tensor:
+        emb = 0.0 if self.embed is None or k is None else self.embed(k)
+        h = F.silu(self.inp(x) + emb)
+        for layer in self.hidden:
+            h = h + F.silu(layer(h) + emb)  # residual hidden blocks: deeper nets train stably
+        return self.out(h)
+
+
+class PeriodicConvNet1d(nn.Module):
+    """Residual 1D CNN with circular padding, ``(B, N) -> (B, N)``; optionally level-conditioned.
+
+    Used both as the KS emulator increment (``zero_out=True``) and as the thermalizer's ε-network.
+    """
+
+    def __init__(
+        self,
+        width: int = 32,
+        depth: int = 3,
+        kernel: int = 5,
+        n_levels: int | None = None,
+        zero_out: bool = False,
+    ):
+        super().__init__()
+        if kernel % 2 == 0:
+            raise ValueError(f"kernel must be odd (same-size circular padding), got {kernel}")
+        pad = kernel // 2
+        self.inp = nn.Conv1d(1, width, kernel, padding=pad, padding_mode="circular")
+        self.blocks = nn.ModuleList(
+            nn.Conv1d(width, width, kernel, padding=pad, padding_mode="circular")
+            for _ in range(max(depth - 2, 0))
+        )
+        self.out = nn.Conv1d(width, 1, kernel, padding=pad, padding_mode="circular")
+        self.embed = None if n_levels is None else nn.Embedding(n_levels, width)
+        if zero_out:
+            nn.init.zeros_(self.out.weight)
+            nn.init.zeros_(self.out.bias)
+
+    def forward(self, x: Tensor, k: Tensor | None = None) -> Tensor:
+        emb = 0.0 if self.embed is None or k is None else self.embed(k)[:, :, None]
+        h = F.gelu(self.inp(x[:, None, :]) + emb)
+        for conv in self.blocks:
+            h = h + F.gelu(conv(h) + emb)
+        return self.out(h)[:, 0, :]
+
+
+class ConvLevelHead1d(nn.Module):
+    """Noise-level classifier for 1D periodic fields ``(B, N) -> (B, T)`` logits.
+
+    Mirrors the paper's bottleneck head at 1D scale: strided circular convolutions, then flatten and two
+    linear layers. Per-point noise shows up mostly in the high wavenumbers, so the first layers keep full
+    resolution.
+    """
+
+    def __init__(self, n_points: int, n_levels: int, width: int = 32, kernel: int = 5, hidden: int = 128):
+        super().__init__()
+        if n_points % 8:
+            raise ValueError(f"n_points must be divisible by 8, got {n_points}")
+        pad = kernel // 2
+
+        def conv(cin: int, cout: int, stride: int) -> nn.Conv1d:
+            return nn.Conv1d(cin, cout, kernel, stride=stride, padding=pad, padding_mode="circular")
+
+        self.convs = nn.ModuleList(
+            [conv(1, width, 1), conv(width, width, 2), conv(width, width, 2), conv(width, width, 2)]
+        )
+        self.fc1 = nn.Linear(width * n_points // 8, hidden)
+        self.fc2 = nn.Linear(hidden, n_levels)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = x[:, None, :]
+        for conv in self.convs:
+            h = F.gelu(conv(h))
+        return self.fc2(F.gelu(self.fc1(h.flatten(1))))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Emulator
+# ----------------------------------------------------------------------------------------------------------
+
+
+def _field_stats(data: Tensor) -> tuple[float, float]:
+    return float(data.mean()), float(data.std())
+
+
+def _as_float_tensor(name: str, x: object, min_dim: int) -> Tensor:
+    if isinstance(x, np.ndarray):
+        x = torch.from_numpy(np.ascontiguousarray(x))
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor or numpy array, got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must be floating point, got dtype {x.dtype}")
+    if x.dim() < min_dim:
+        raise ValueError(f"{name} must have at least {min_dim} dimensions, got shape {tuple(x.shape)}")
+    return x
+
+
+class ResidualEmulator(nn.Module):
+    """Residual emulator ``x_{n+1} = x_n + s·net((x_n − m)/s)`` (+ ``σ·s·ε`` if stochastic).
+
+    Args:
+        net: maps normalised states ``(B, *event)`` to increments of the same shape.
+        sigma: std of the additive Gaussian noise per step in normalised units (None: deterministic).
+        field_mean, field_std: normalisation ``m``, ``s`` (set from data by :meth:`fit`).
+    """
+
+    def __init__(
+        self, net: nn.Module, sigma: float | None = None, field_mean: float = 0.0, field_std: float = 1.0
+    ):
+        super().__init__()
+        if not isinstance(net, nn.Module):
+            raise TypeError(f"net must be an nn.Module, got {type(net).__name__}")
+        if sigma is not None and not sigma >= 0:
+            raise ValueError(f"sigma must be None or >= 0, got {sigma!r}")
+        self.net = net
+        self.sigma = sigma
+        self.register_buffer("field_mean", torch.tensor(float(field_mean)))
+        self.register_buffer("field_std", torch.tensor(float(field_std)))
+
+    def forward(self, x: Tensor) -> Tensor:
+        """One emulator step; ``x``: ``(B, *event)`` -> ``(B, *event)``."""
+        xn = (x - self.field_mean) / self.field_std
+        yn = xn + self.net(xn)
+        if self.sigma:
+            yn = yn + self.sigma * torch.randn_like(yn)
+        return yn * self.field_std + self.field_mean
+
+    def fit(
+        self,
+        trajectories: Tensor | np.ndarray,
+        n_iter: int = 2000,
+        batch_size: int = 64,
+        lr: float = 5e-4,
+        weight_decay: float = 0.0,
+        seed: int = 0,
+        progress: bool = False,
+    ) -> ResidualEmulator:
+        """Train with the one-step MSE on consecutive pairs (the paper's emulator loss).
+
+        Args:
+            trajectories: ``(n_traj, n_steps, *event)`` in physical units, consecutive emulator steps.
+            n_iter: optimiser steps (AdamW, cosine-decayed learning rate).
+
+        Returns:
+            self (trained, in eval mode), with ``field_mean``/``field_std`` set from ``trajectories``.
+        """
+        data = _as_float_tensor("trajectories", trajectories, 3).float()
+        if data.shape[1] < 2:
+            raise ValueError(f"trajectories need at least 2 steps, got shape {tuple(data.shape)}")
+        mean, std = _field_stats(data)
+        self.field_mean.fill_(mean)
+        self.field_std.fill_(std)
+        data = (data - mean) / std
+        x, y = data[:, :-1].reshape(-1, *data.shape[2:]), data[:, 1:].reshape(-1, *data.shape[2:])
+        gen = torch.Generator().manual_seed(seed)
+        opt = torch.optim.AdamW(self.net.parameters(), lr=lr, weight_decay=weight_decay)
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=n_iter)
+        self.train()
+        for _ in _progress(range(n_iter), progress, "emulator"):
+            idx = torch.randint(0, x.shape[0], (batch_size,), generator=gen)
+            loss = F.mse_loss(x[idx] + self.net(x[idx]), y[idx])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sched.step()
+        return self.eval()
+
+
+def _progress(it: range, enabled: bool, desc: str):
+    if not enabled:
+        return it
+    from tqdm.auto import tqdm
+
+    return tqdm(it, desc=desc, leave=False)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Thermalizer: DDPM ε-network + noise-level classifier
+# ----------------------------------------------------------------------------------------------------------
+
+
+class Thermalizer(nn.Module):
+    """DDPM on the invariant measure with a noise-level classifier head.
+
+    Args:
+        eps_net: ε-predictor on normalised states; called ``eps_net(x_k)`` (paper: no level input) or
+            ``eps_net(x_k, k)`` when ``time_conditioned``. Output shape = input shape ``(B, *event)``.
+        level_head: classifier ``(B, *event) -> (B, T)`` logits over noise levels. It may share modules
+            with ``eps_net`` (e.g. a U-Net bottleneck); parameters are deduplicated by the optimiser.
+        T: number of diffusion levels.
+        schedule: ``"cosine"`` (paper), ``"linear"``, or a tensor of T betas (e.g. a diffusers
+            ``DDPMScheduler(...).betas``).
+        lambda_cls: weight of the cross-entropy term in :meth:`loss`.
+        time_conditioned: whether ``eps_net`` takes the level as a second argument.
+        field_mean, field_std: normalisation of physical states (set from data by :meth:`fit`).
+    """
+
+    def __init__(
+        self,
+        eps_net: nn.Module,
+        level_head: nn.Module,
+        T: int = 1000,
+        schedule: str | Tensor = "cosine",
+        lambda_cls: float = 1.0,
+        time_conditioned: bool = False,
+        field_mean: float = 0.0,
+        field_std: float = 1.0,
+    ):
+        super().__init__()
+        for name, mod in (("eps_net", eps_net), ("level_head", level_head)):
+            if not isinstance(mod, nn.Module):
+                raise TypeError(f"{name} must be an nn.Module, got {type(mod).__name__}")
+        if isinstance(schedule, Tensor):
+            betas = schedule.detach().to(torch.float64).flatten()
+            if betas.numel() != T or not bool(((betas > 0) & (betas < 1)).all()):
+                raise ValueError(
+                    f"schedule tensor must hold T={T} betas in (0, 1), got shape {tuple(betas.shape)}"
+                )
+        elif schedule == "cosine":
+            betas = cosine_beta_schedule(T)
+        elif schedule == "linear":
+            betas = _linear_beta_schedule(T)
+        else:
+            raise ValueError(f"schedule must be 'cosine', 'linear' or a tensor of betas, got {schedule!r}")
+        if not lambda_cls >= 0:
+            raise ValueError(f"lambda_cls must be >= 0, got {lambda_cls!r}")
+        self.eps_net = eps_net
+        self.level_head = level_head
+        self.T = T
+        self.lambda_cls = float(lambda_cls)
+        self.time_conditioned = bool(time_conditioned)
+        alphas = 1.0 - betas
+        alpha_bar = torch.cumprod(alphas, 0)
+        alpha_bar_prev = torch.cat([torch.ones(1, dtype=torch.float64), alpha_bar[:-1]])
+        # Posterior std of q(x_{k-1} | x_k, x_0); zero at k = 0 where the step returns the clean estimate.
+        post_var = betas * (1.0 - alpha_bar_prev) / (1.0 - alpha_bar)
+        post_var[0] = 0.0
+        for name, val in {
+            "betas": betas,
+            "alphas": alphas,
+            "alpha_bar": alpha_bar,
+            "alpha_bar_prev": alpha_bar_prev,
+            "posterior_std": post_var.sqrt(),
+        }.items():
+            self.register_buffer(name, val.float())
+        self.register_buffer("field_mean", torch.tensor(float(field_mean)))
+        self.register_buffer("field_std", torch.tensor(float(field_std)))
+
+    # -- units ---------------------------------------------------------------------------------------------
+    def normalize(self, x: Tensor) -> Tensor:
+        return (x - self.field_mean) / self.field_std
+
+    def denormalize(self, x: Tensor) -> Tensor:
+        return x * self.field_std + self.field_mean
+
+    # -- DDPM formulas (normalised units) ------------------------------------------------------------------
+    def q_sample(self, x0: Tensor, k: Tensor, noise: Tensor) -> Tensor:
+        """Forward process ``x_k = sqrt(ᾱ_k)·x0 + sqrt(1 − ᾱ_k)·ε``; ``x0``, ``noise``: ``(B, *event)``."""
+        ab = self.alpha_bar[k]
+        return _expand(ab.sqrt(), x0) * x0 + _expand((1.0 - ab).sqrt(), x0) * noise
+
+    def posterior(self, x0: Tensor, xk: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        """Closed-form ``q(x_{k−1} | x_k, x_0)``: mean ``(B, *event)`` and std ``(B, 1, ...)``."""
+        ab, abp, beta, alpha = self.alpha_bar[k], self.alpha_bar_prev[k], self.betas[k], self.alphas[k]
+        c0 = beta * abp.sqrt() / (1.0 - ab)
+        ck = (1.0 - abp) * alpha.sqrt() / (1.0 - ab)
+        return _expand(c0, x0) * x0 + _expand(ck, xk) * xk, _expand(self.posterior_std[k], xk)
+
+    def predict_eps(self, xk: Tensor, k: Tensor) -> Tensor:
+        """ε̂(x_k) on normalised states; ``k`` (``(B,)``) is passed only to a time-conditioned net."""
+        return self.eps_net(xk, k) if self.time_conditioned else self.eps_net(xk)
+
+    def reverse_step(self, xk: Tensor, k: Tensor, z: Tensor) -> Tensor:
+        """One ancestral step ``x_k -> x_{k−1}`` (normalised units); ``z`` is the injected N(0, I) draw."""
+        eps = self.predict_eps(xk, k)
+        beta, alpha, ab = self.betas[k], self.alphas[k], self.alpha_bar[k]
+        mean = (xk - _expand(beta / (1.0 - ab).sqrt(), xk) * eps) / _expand(alpha.sqrt(), xk)
+        return mean + _expand(self.posterior_std[k], xk) * z
+
+    # -- classifier ----------------------------------------------------------------------------------------
+    def level_logits(self, x: Tensor) -> Tensor:
+        """Logits ``(B, T)`` of the noise level of physical states ``x`` ``(B, *event)``."""
+        return self.level_head(self.normalize(x))
+
+    @torch.no_grad()
+    def noise_level(self, x: Tensor) -> Tensor:
+        """Detected noise level ``k̂ = argmax logits`` per element, int64 ``(B,)``."""
+        return self.level_logits(x).argmax(dim=-1)
+
+    # -- training ------------------------------------------------------------------------------------------
+    def loss(
+        self, x0: Tensor, level_weights: Tensor | None = None, generator: torch.Generator | None = None
+    ) -> tuple[Tensor, dict[str, float]]:
+        """DDPM ε-MSE + ``lambda_cls``·cross-entropy of the level head, on clean physical snapshots.
+
+        Args:
+            x0: clean snapshots ``(B, *event)`` in physical units.
+            level_weights: optional ``(T,)`` non-negative sampling weights of k (default uniform); use it
+                to oversample the small levels where the rollout's classifier must be accurate.
+            generator: RNG for k and ε.
+
+        Returns:
+            the scalar loss and ``{"mse", "ce", "acc"}`` (classifier accuracy on this batch).
+        """
+        x0 = self.normalize(x0)
+        b = x0.shape[0]
+        if level_weights is None:
+            k = torch.randint(0, self.T, (b,), generator=generator, device=x0.device)
+        else:
+            k = torch.multinomial(level_weights.to(x0.device, torch.float64), b, True, generator=generator)
+        eps = torch.randn(x0.shape, generator=generator, device=x0.device, dtype=x0.dtype)
+        xk = self.q_sample(x0, k, eps)
+        mse = F.mse_loss(self.predict_eps(xk, k), eps)
+        logits = self.level_head(xk)
+        ce = F.cross_entropy(logits, k)
+        acc = (logits.argmax(-1) == k).float().mean()
+        return mse + self.lambda_cls * ce, {"mse": mse.item(), "ce": ce.item(), "acc": acc.item()}
+
+    def fit(
+        self,
+        snapshots: Tensor | np.ndarray,
+        n_iter: int = 4000,
+        batch_size: int = 128,
+        lr: float = 1e-3,
+        weight_decay: float = 0.05,
+        ema_decay: float | None = 0.995,
+        level_weights: Tensor | None = None,
+        seed: int = 0,
+        progress: bool = False,
+    ) -> Thermalizer:
+        """Train on clean snapshots of μ only (never on emulator output), AdamW + grad-clip 1 + EMA.
+
+        Args:
+            snapshots: ``(n, *event)`` physical-unit samples of the invariant measure.
+            n_iter, batch_size, lr, weight_decay: optimisation (cosine-decayed learning rate).
+            ema_decay: decay of the parameter EMA loaded at the end (None: keep the raw weights).
+            level_weights: see :meth:`loss`.
+
+        Returns:
+            self in eval mode, ``field_mean``/``field_std`` set from ``snapshots``.
+        """
+        data = _as_float_tensor("snapshots", snapshots, 2).float()
+        mean, std = _field_stats(data)
+        self.field_mean.fill_(mean)
+        self.field_std.fill_(std)
+        gen = torch.Generator().manual_seed(seed)
+        params = list({id(p): p for p in self.parameters()}.values())
+        opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=n_iter)
+        ema = copy.deepcopy(self).requires_grad_(False) if ema_decay is not None else None
+        self.train()
+        for _ in _progress(range(n_iter), progress, "thermalizer"):
+            idx = torch.randint(0, data.shape[0], (batch_size,), generator=gen)
+            loss, _ = self.loss(data[idx], level_weights, gen)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            sched.step()
+            if ema is not None:
+                with torch.no_grad():
+                    for pe, p in zip(ema.parameters(), self.parameters()):
+                        pe.lerp_(p, 1.0 - ema_decay)
+        if ema is not None:
+            self.load_state_dict(ema.state_dict())
+        return self.eval()
+
+    # -- inference -----------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def denoise(
+        self,
+        x: Tensor,
+        levels: Tensor,
+        stop: int,
+        forward_diffuse: bool = True,
+        generator: torch.Generator | None = None,
+        noise: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        """Heterogeneous denoising: element b goes from level ``levels[b]`` down to ``stop``.
+
+        Elements with ``levels[b] ≤ stop`` are returned unchanged (bitwise). The others are (optionally)
+        forward-diffused to their level, then take ancestral steps at ``i = levels[b], …, stop + 1``;
+        the batch is processed from the highest level down, an element joining once ``i ≤ levels[b]``.
+
+        Args:
+            x: physical states ``(B, *event)``.
+            levels: int64 ``(B,)`` in ``[0, T)``.
+            stop: final level, ``-1 ≤ stop < T`` (−1 ends with the noiseless step at level 0).
+            forward_diffuse: add ``q(x_k | x)`` noise first (paper default).
+            generator: RNG for the injected noise.
+            noise: optional explicit draws ``(k_max + 1, B, *event)``: ``noise[0]`` for the forward
+                diffusion, ``noise[i]`` for the reverse step at level i; an element's result then does not
+                depend on the rest of the batch (used to test the heterogeneous batching).
+
+        Returns:
+            denoised states ``(B, *event)`` and the number of reverse steps per element, int64 ``(B,)``
+            (``max(levels − stop, 0)``).
+        """
+        levels = torch.as_tensor(levels, device=x.device)
+        if levels.dtype not in (torch.int64, torch.int32) or levels.shape != x.shape[:1]:
+            raise ValueError(
+                f"levels must be an integer tensor of shape ({x.shape[0]},), got {levels.dtype} {tuple(levels.shape)}"
+            )
+        levels = levels.long()
+        if isinstance(stop, bool) or not isinstance(stop, int) or not -1 <= stop < self.T:
+            raise ValueError(f"stop must be an int in [-1, {self.T}), got {stop!r}")
+        if levels.numel() and (int(levels.min()) < 0 or int(levels.max()) >= self.T):
+            raise ValueError(
+                f"levels must lie in [0, {self.T}), got range [{int(levels.min())}, {int(levels.max())}]"
+            )
+        n_steps = (levels - stop).clamp(min=0)
+        touched = n_steps > 0
+        out = x.clone()
+        if not bool(touched.any()):
+            return out, n_steps
+        k_max = int(levels.max())
+        if noise is not None and (noise.shape[0] < k_max + 1 or noise.shape[1:] != x.shape):
+            raise ValueError(
+                f"noise must have shape ({k_max + 1}, {tuple(x.shape)}...), got {tuple(noise.shape)}"
+            )
+
+        def draw(i: int, mask: Tensor) -> Tensor:
+            if noise is not None:
+                return noise[i][mask]
+            shape = (int(mask.sum()), *x.shape[1:])
+            return torch.randn(shape, generator=generator, device=x.device, dtype=x.dtype)
+
+        idx = touched.nonzero().squeeze(1)
+        lv = levels[idx]
+        xn = self.normalize(x[idx])
+        if forward_diffuse:
+            xn = self.q_sample(xn, lv, draw(0, touched))
+        for i in range(k_max, stop, -1):
+            sel = lv >= i  # elements whose chain has reached level i
+            k = torch.full((int(sel.sum()),), i, dtype=torch.long, device=x.device)
+            full_sel = torch.zeros_like(touched)
+            full_sel[idx[sel]] = True
+            xn[sel] = self.reverse_step(xn[sel], k, draw(i, full_sel))
+        out[idx] = self.denormalize(xn)
+        return out, n_steps
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Thermalized rollout (Algorithm 1)
+# ----------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RolloutResult:
+    """Outcome of :func:`thermalized_rollout` for B initial conditions over ``n_steps`` steps.
+
+    Attributes:
+        states: ``(B, n_steps + 1, *event)``; ``states[:, 0]`` is ``x0``. After an abort the offending
+            state is kept at the abort step and later steps are NaN.
+        levels: int64 ``(B, n_steps + 1)``: the classifier's k̂ after each emulator step (before
+            thermalization); −1 where not classified (step 0, no thermalizer, aborted, non-finite).
+        n_denoise_steps: int64 ``(B, n_steps + 1)``: reverse diffusion steps taken at each step.
+        aborted_at: int64 ``(B,)``: first step at which the element was aborted (non-finite state, or
+            ``k̂ > noise_limit``), −1 if never.
+    """
+
+    states: Tensor
+    levels: Tensor
+    n_denoise_steps: Tensor
+    aborted_at: Tensor
+
+    @property
+    def energy(self) -> Tensor:
+        """``mean(x²)`` over the event dimensions, ``(B, n_steps + 1)`` (NaN after an abort)."""
+        return self.states.pow(2).flatten(2).mean(-1)
+
+    @property
+    def fired(self) -> Tensor:
+        """Bool ``(B, n_steps + 1)``: whether thermalization ran at each step."""
+        return self.n_denoise_steps > 0
+
+
+def _check_level(name: str, value: object, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value < hi:
+        raise ValueError(f"{name} must be an int in [{lo}, {hi}), got {value!r}")
+    return value
+
+
+@torch.no_grad()
+def thermalized_rollout(
+    emulator: nn.Module | Callable[[Tensor], Tensor],
+    thermalizer: Thermalizer | None,
+    x0: Tensor,
+    n_steps: int,
+    s_init: int = 10,
+    s_stop: int = 4,
+    forward_diffuse: bool = True,
+    noise_limit: int | None = 100,
+    generator: torch.Generator | None = None,
+    progress: bool = False,
+) -> RolloutResult:
+    """Autoregressive rollout of ``emulator`` with on-the-fly thermalization (paper's Algorithm 1).
+
+    Per step n: ``x = emulator(x)``; elements whose state is non-finite are aborted (never shown to the
+    classifier); ``k̂ = thermalizer.noise_level(x)``; elements with ``k̂ > noise_limit`` are aborted; the
+    elements with ``k̂ > s_init`` are denoised from k̂ to ``s_stop`` (:meth:`Thermalizer.denoise`).
+    Aborted elements are frozen; the others continue (the reference stops the whole batch instead).
+
+    Args:
+        emulator: any module/callable mapping states ``(B, *event) -> (B, *event)`` (the next state, not
+            the increment; wrap increment nets in :class:`ResidualEmulator`). Its train/eval mode is
+            left as given.
+        thermalizer: a trained :class:`Thermalizer`, or None for the plain emulator (the baseline).
+        x0: initial states ``(B, *event)``, physical units, finite.
+        n_steps: number of emulator steps.
+        s_init: thermalize when ``k̂ > s_init``; ``0 ≤ s_stop < s_init < T``.
+        s_stop: level at which denoising stops.
+        forward_diffuse: forward-diffuse to k̂ before the reverse chain (paper default True).
+        noise_limit: abort an element when ``k̂ > noise_limit`` (None: never); must exceed ``s_init``.
+        generator: RNG for the thermalizer's noise (the emulator's own noise uses the global RNG).
+        progress: show a tqdm bar.
+
+    Returns:
+        :class:`RolloutResult`.
+    """
+    if not callable(emulator):
+        raise TypeError(f"emulator must be an nn.Module or callable, got {type(emulator).__name__}")
+    if thermalizer is not None and not isinstance(thermalizer, Thermalizer):
+        raise TypeError(f"thermalizer must be a Thermalizer or None, got {type(thermalizer).__name__}")
+    if not isinstance(x0, Tensor):
+        raise TypeError(f"x0 must be a torch.Tensor of shape (B, *event), got {type(x0).__name__}")
+    if x0.dim() < 2 or x0.shape[0] < 1 or not x0.is_floating_point():
+        raise ValueError(
+            f"x0 must be a float tensor of shape (B, *event) with B >= 1, got {x0.dtype} {tuple(x0.shape)}"
+        )
+    if not bool(torch.isfinite(x0).all()):
+        raise ValueError("x0 must be finite, got NaN/inf entries")
+    if isinstance(n_steps, bool) or not isinstance(n_steps, int) or n_steps < 1:
+        raise ValueError(f"n_steps must be a positive int, got {n_steps!r}")
+    if thermalizer is not None:
+        T = thermalizer.T
+        s_init = _check_level("s_init", s_init, 0, T)
+        s_stop = _check_level("s_stop", s_stop, 0, T)
+        if s_stop >= s_init:
+            raise ValueError(f"s_stop must be < s_init, got s_stop={s_stop}, s_init={s_init}")
+        if noise_limit is not None and (
+            isinstance(noise_limit, bool) or not isinstance(noise_limit, int) or noise_limit <= s_init
+        ):
+            raise ValueError(f"noise_limit must be None or an int > s_init={s_init}, got {noise_limit!r}")
+        ratio = float(x0.std()) / float(thermalizer.field_std)
+        if not 1 / 3 <= ratio <= 3:
+            warnings.warn(
+                f"x0 std {float(x0.std()):.3g} differs by more than 3x from the thermalizer's training "
+                f"field_std {float(thermalizer.field_std):.3g}; are the states in the same units?",
+                stacklevel=3,  # past the no_grad decorator, at the caller
+            )
+
+    B = x0.shape[0]
+    states = torch.full((B, n_steps + 1, *x0.shape[1:]), float("nan"), dtype=x0.dtype, device=x0.device)
+    states[:, 0] = x0
+    levels = torch.full((B, n_steps + 1), -1, dtype=torch.long, device=x0.device)
+    n_den = torch.zeros((B, n_steps + 1), dtype=torch.long, device=x0.device)
+    aborted_at = torch.full((B,), -1, dtype=torch.long, device=x0.device)
+    active = torch.arange(B, device=x0.device)  # indices of elements still being rolled out
+    x = x0.clone()
+    for n in _progress(range(1, n_steps + 1), progress, "rollout"):
+        if active.numel() == 0:
+            break
+        y = emulator(x)
+        if not isinstance(y, Tensor) or y.shape != x.shape:
+            got = tuple(y.shape) if isinstance(y, Tensor) else type(y).__name__
+            raise ValueError(f"emulator output shape {got} must equal its input shape {tuple(x.shape)}")
+        keep = torch.isfinite(y).flatten(1).all(1)
+        if thermalizer is not None and bool(keep.any()):
+            kept = keep.nonzero().squeeze(1)
+            k_hat = thermalizer.noise_level(y[kept])
+            levels[active[kept], n] = k_hat
+            if noise_limit is not None:
+                over = k_hat > noise_limit
+                keep[kept[over]] = False
+            fire = (k_hat > s_init) & keep[kept]
+            if bool(fire.any()):
+                fi = kept[fire]
+                y[fi], steps = thermalizer.denoise(y[fi], k_hat[fire], s_stop, forward_diffuse, generator)
+                n_den[active[fi], n] = steps
+        states[active, n] = y  # aborted elements keep their offending state at the abort step
+        aborted_at[active[~keep]] = n
+        active, x = active[keep], y[keep]
+    return RolloutResult(states=states, levels=levels, n_denoise_steps=n_den, aborted_at=aborted_at)
