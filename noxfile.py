@@ -61,7 +61,7 @@ os.environ.setdefault("UV_PYTHON_DOWNLOADS", "never")
 
 def _build_wheels(session: nox.Session, names: list[str]) -> dict[str, str]:
     """Build the named distributions' wheels into a fresh folder; ``{name: wheel path}``."""
-    out = Path(session.create_tmp()) / "wheels"
+    out = Path(session.create_tmp()).resolve() / "wheels"
     shutil.rmtree(out, ignore_errors=True)
     for name in names:
         session.run(
