@@ -4,6 +4,43 @@ Each paper is one module (its docstring cites the paper and its catalog id); the
 implemented paper is re-exported here.
 """
 
+from icml25.causal_discovery.arrow import (
+    ARROW,
+    null_threshold,
+    prune_candidates,
+    time_weave,
+    xor_lag_scores,
+)
+from icml25.causal_discovery.mag_listing import (
+    MAG,
+    PAG,
+    InconsistentBackgroundKnowledge,
+    ListingStats,
+    apply_background_knowledge,
+    is_mag,
+    list_mags,
+    list_mags_bruteforce,
+    markov_equivalent,
+    pag_from_mag,
+)
+
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = [
+    "ARROW",
+    "MAG",
+    "PAG",
+    "InconsistentBackgroundKnowledge",
+    "ListingStats",
+    "__version__",
+    "apply_background_knowledge",
+    "is_mag",
+    "list_mags",
+    "list_mags_bruteforce",
+    "markov_equivalent",
+    "null_threshold",
+    "pag_from_mag",
+    "prune_candidates",
+    "time_weave",
+    "xor_lag_scores",
+]

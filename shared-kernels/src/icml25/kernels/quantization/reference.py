@@ -145,7 +145,9 @@ def quantize(x: torch.Tensor, bits: int, group_size: int) -> tuple[torch.Tensor,
     xg = x.reshape(*lead, d // group_size, group_size).to(torch.float32)
     lo, hi = xg.amin(dim=-1), xg.amax(dim=-1)
     # Round scale and zero to their storage dtype first, then compute codes against the stored values.
-    scale = ((hi - lo) / (2**bits - 1)).to(x.dtype)
+    # Divide by a tensor, not a Python number: CUDA torch turns division by a scalar into multiplication
+    # by its reciprocal, which is not correctly rounded (and then differs from the Triton kernel's div_rn).
+    scale = ((hi - lo) / torch.full_like(hi, 2**bits - 1)).to(x.dtype)
     zero = lo.to(x.dtype)
     codes = group_codes(xg, scale.to(torch.float32), zero.to(torch.float32), bits)
     return pack_codes(codes, bits), scale, zero

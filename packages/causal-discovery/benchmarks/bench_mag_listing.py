@@ -1,0 +1,78 @@
+"""Benchmark for P07 (MAG listing): time to first MAG, max/median delay and the ratio to brute force.
+
+Rows: all-circle complete PAGs (k = 3, 4, 5) and random PAGs at n = 7 binned by circle count, then
+n = 12-15 instances (listing only, first 300 MAGs; brute force is out of reach). Run:
+
+    python packages/causal-discovery/benchmarks/bench_mag_listing.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import time
+
+import numpy as np
+
+from icml25.causal_discovery.mag_listing import (
+    PAG,
+    ListingStats,
+    list_mags,
+    list_mags_bruteforce,
+    random_instance,
+)
+
+
+def _list(pag: PAG, probing: bool, limit: int | None = None) -> tuple[float, ListingStats]:
+    stats = ListingStats()
+    t0 = time.perf_counter()
+    for _ in itertools.islice(list_mags(pag, probing=probing, stats=stats), limit):
+        pass
+    return time.perf_counter() - t0, stats
+
+
+def _row(name: str, pag: PAG, with_bf: bool, limit: int | None = None) -> None:
+    cells = [f"{name:<22}", f"c={pag.n_circles():>3}"]
+    if with_bf:
+        t0 = time.perf_counter()
+        n_bf = len(list_mags_bruteforce(pag))
+        t_bf = time.perf_counter() - t0
+        cells.append(f"#MAG={n_bf:>6}  bf={t_bf:7.3f}s")
+    for probing in (True, False):
+        t, st = _list(pag, probing, limit)
+        med = np.median(st.delays[1:]) if len(st.delays) > 1 else float("nan")
+        cells.append(
+            f"[probe={int(probing)}] list={t:7.3f}s first={1e3 * st.time_to_first:7.1f}ms "
+            f"med={1e3 * med:5.2f}ms max/med={st.delay_ratio():6.1f} dead={st.dead_ends}"
+            + (f" bf/list={t_bf / t:5.2f}x bf/first={t_bf / st.time_to_first:7.1f}x" if with_bf else "")
+        )
+    print("  ".join(cells), flush=True)
+
+
+def main(quick: bool = False) -> None:
+    for k in (3, 4) if quick else (3, 4, 5):
+        _row(
+            f"complete all-circle K{k}", PAG(np.ones((k, k), dtype=np.int8) - np.eye(k, dtype=np.int8)), True
+        )
+    rng = np.random.default_rng(0)
+    bins = [(8, 11), (12, 15), (16, 40)]
+    want = 1 if quick else 3
+    found: dict[tuple[int, int], list[PAG]] = {b: [] for b in bins}
+    while any(len(v) < want for v in found.values()):
+        _, pag = random_instance(7, int(rng.integers(2, 5)), 0.4, rng, max_edges=13)
+        for lo, hi in bins:
+            if lo <= pag.n_circles() <= hi and len(found[(lo, hi)]) < want:
+                found[(lo, hi)].append(pag)
+    for (lo, hi), pags in found.items():
+        for pag in pags:
+            _row(f"n=7 circles {lo}-{hi}", pag, True)
+    for _ in range(2 if quick else 5):
+        n = int(rng.integers(12, 16))
+        _, pag = random_instance(n, 3, 0.25, rng)
+        _row(f"n={n} (first 300)", pag, False, limit=300)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    main(parser.parse_args().quick)

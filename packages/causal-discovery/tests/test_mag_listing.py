@@ -1,0 +1,477 @@
+"""Tests for P07 (polynomial-delay MAG listing): rules one by one, exact equality with brute force,
+local completeness, regression PAGs, counts, conversions and bad inputs."""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from icml25.causal_discovery.mag_listing import (
+    ARROW,
+    BASE_RULES,
+    CIRCLE,
+    MAG,
+    PAG,
+    TAIL,
+    InconsistentBackgroundKnowledge,
+    ListingStats,
+    MixedGraph,
+    apply_background_knowledge,
+    close,
+    invariant_marks,
+    is_mag,
+    list_mags,
+    list_mags_bruteforce,
+    markov_equivalent,
+    mec_bruteforce,
+    pag_from_mag,
+    random_instance,
+    rule_long_r2,
+    rule_no_selection,
+    rule_r1,
+    rule_r2,
+    rule_r3,
+    rule_r4_noncollider,
+    rule_r8,
+    rule_r9,
+    rule_r10,
+    rule_triangle,
+)
+from icml25.causal_discovery.mag_listing.marks import Conflict
+
+C, A, T = CIRCLE, ARROW, TAIL
+
+
+def graph(n: int, edges: list[tuple[int, int, int, int]]) -> np.ndarray:
+    """Marks from ``(i, j, mark_at_i, mark_at_j)`` edges."""
+    m = np.zeros((n, n), dtype=np.int8)
+    for i, j, a, b in edges:
+        m[j, i], m[i, j] = a, b
+    return m
+
+
+def pag_of(n: int, edges: list[tuple[int, int, int, int]]) -> PAG:
+    return PAG(graph(n, edges))
+
+
+def complete_pag(k: int) -> PAG:
+    return PAG(np.ones((k, k), dtype=np.int8) - np.eye(k, dtype=np.int8))
+
+
+def mixed(n: int, edges) -> MixedGraph:
+    return MixedGraph(graph(n, edges).tolist())
+
+
+def edge(g: MixedGraph, i: int, j: int) -> tuple[int, int]:
+    return g.m[j][i], g.m[i][j]
+
+
+# ---------------------------------------------------------------------------------- rules, one by one
+def test_r1_away_from_collider():
+    g = mixed(3, [(0, 1, T, A), (1, 2, C, C)])
+    assert rule_r1(g) and edge(g, 1, 2) == (T, A)
+    g = mixed(3, [(0, 1, T, A), (1, 2, C, C), (0, 2, C, C)])  # shielded: no R1
+    assert not rule_r1(g)
+
+
+def test_r2_away_from_cycle():
+    g = mixed(3, [(0, 1, T, A), (1, 2, A, A), (0, 2, C, C)])
+    assert rule_r2(g) and edge(g, 0, 2) == (C, A)
+    g = mixed(3, [(0, 1, A, A), (1, 2, A, A), (0, 2, C, C)])
+    assert not rule_r2(g)
+
+
+def test_r3_double_triangle():
+    # 0 *-> 1 <-* 2, 0 *-o 3 o-* 2, 0 and 2 non-adjacent, 3 *-o 1
+    g = mixed(4, [(0, 1, C, A), (2, 1, C, A), (0, 3, C, C), (2, 3, C, C), (3, 1, C, C)])
+    assert rule_r3(g) and edge(g, 3, 1) == (C, A)
+    g = mixed(4, [(0, 1, C, A), (2, 1, C, A), (0, 3, C, C), (2, 3, C, C), (3, 1, C, C), (0, 2, C, C)])
+    assert not rule_r3(g)
+
+
+def test_r4_discriminating_path_in_isolation():
+    # <x=0, w=1, z=2, y=3>: 0 -> 1 -> 3, 2 o-> 1, 0 and 3 non-adjacent, 2 o-o 3  =>  2 -> 3
+    edges = [(0, 1, T, A), (1, 3, T, A), (2, 1, C, A), (2, 3, C, C)]
+    g = mixed(4, edges)
+    assert rule_r4_noncollider(g) and edge(g, 2, 3) == (T, A)
+    # longer: <0, 4, 1, 2, 3> with 0 *-> 4 <-> 1, both parents of 3
+    edges5 = [(0, 4, C, A), (4, 1, A, A), (4, 3, T, A), (1, 3, T, A), (2, 1, C, A), (2, 3, C, C)]
+    g = mixed(5, edges5)
+    assert rule_r4_noncollider(g) and edge(g, 2, 3) == (T, A)
+    # x adjacent to y: not discriminating
+    assert not rule_r4_noncollider(mixed(4, [*edges, (0, 3, T, A)]))
+    # w not a parent of y: not discriminating
+    assert not rule_r4_noncollider(mixed(4, [(0, 1, T, A), (1, 3, A, A), (2, 1, C, A), (2, 3, C, C)]))
+
+
+def test_r8():
+    g = mixed(3, [(0, 1, T, A), (1, 2, T, A), (0, 2, C, A)])
+    assert rule_r8(g) and edge(g, 0, 2) == (T, A)
+
+
+def test_r9_uncovered_pd_path():
+    # 0 o-> 3, uncovered p.d. path 0 o-o 1 o-o 2 o-> 3 with (0,2), (1,3) non-adjacent
+    g = mixed(4, [(0, 3, C, A), (0, 1, C, C), (1, 2, C, C), (2, 3, C, A)])
+    assert rule_r9(g) and edge(g, 0, 3) == (T, A)
+    g = mixed(4, [(0, 3, C, A), (0, 1, C, C), (1, 2, A, C), (2, 3, C, A)])  # 1 <-o 2: not p.d. from 0
+    rule_r9(g)  # (it does orient 2 -> 3 through <2, 1, 0, 3>)
+    assert edge(g, 0, 3) == (C, A) and edge(g, 2, 3) == (T, A)
+
+
+def test_r10():
+    # 0 o-> 3, 1 -> 3 <- 2, 0 o-o 1, 0 o-o 2, 1 and 2 non-adjacent
+    g = mixed(4, [(0, 3, C, A), (1, 3, T, A), (2, 3, T, A), (0, 1, C, C), (0, 2, C, C)])
+    assert rule_r10(g) and edge(g, 0, 3) == (T, A)
+    g = mixed(4, [(0, 3, C, A), (1, 3, T, A), (2, 3, T, A), (0, 1, C, C), (0, 2, C, C), (1, 2, C, C)])
+    assert not rule_r10(g)
+
+
+def test_no_selection_rule():
+    g = mixed(2, [(0, 1, T, C)])
+    assert rule_no_selection(g) and edge(g, 0, 1) == (T, A)
+    with pytest.raises(Conflict):
+        rule_no_selection(mixed(2, [(0, 1, T, T)]))
+
+
+def test_long_range_r2_fires_where_r2_cannot():
+    # y=3 -> x=0, x o-o v=1, 1 -> 2 -> 3 (no triangle x-v-y, so R2 is silent)
+    edges = [(3, 0, T, A), (0, 1, C, C), (1, 2, T, A), (2, 3, T, A)]
+    g = mixed(4, edges)
+    assert not rule_r2(g)
+    assert rule_long_r2(g) and edge(g, 0, 1) == (A, C)
+    # an undirected step with a shielded triple does not count
+    g = mixed(4, [(3, 0, T, A), (0, 1, C, C), (1, 2, C, C), (2, 3, T, A), (0, 2, C, C)])
+    assert rule_long_r2(g)  # via the walk 0, 2, 3 (k = 2, i.e. R2) ...
+    assert edge(g, 0, 2) == (A, C) and edge(g, 0, 1) == (C, C)  # ... but not via 0, 1, 2, 3
+
+
+def test_triangle_rule():
+    # a=0 *-> b=1 -> d=2, 0 and 2 non-adjacent, c=3 adjacent to all with c o-o d  => c -> d
+    g = mixed(4, [(0, 1, C, A), (1, 2, T, A), (3, 0, C, C), (3, 1, C, C), (3, 2, C, C)])
+    assert rule_triangle(g) and edge(g, 3, 2) == (T, A)
+
+
+def test_rule_conflict_on_definite_mark():
+    g = mixed(3, [(0, 1, T, A), (1, 2, C, T)])  # R1 needs a tail at 1, there is a circle; at 2 a tail
+    with pytest.raises(Conflict):
+        rule_r1(g)
+
+
+# ------------------------------------------------------------------------------------ MAG predicates
+def test_is_mag_rejects_cycles_ancestral_violations_and_inducing_paths():
+    assert is_mag(graph(3, [(0, 1, T, A), (1, 2, T, A)]))
+    assert not is_mag(graph(3, [(0, 1, T, A), (1, 2, T, A), (2, 0, T, A)]))  # cycle
+    assert not is_mag(graph(3, [(0, 1, T, A), (1, 2, T, A), (0, 2, A, A)]))  # 0 <-> 2, 0 ancestor of 2
+    # 0 <-> 1 <-> 2 <-> 3, 1 -> 3, 2 -> 0: inducing path between non-adjacent 0 and 3
+    assert not is_mag(graph(4, [(0, 1, A, A), (1, 2, A, A), (2, 3, A, A), (1, 3, T, A), (2, 0, T, A)]))
+    assert not is_mag(graph(2, [(0, 1, C, A)]))
+    with pytest.raises(ValueError, match="MAG"):
+        MAG(graph(3, [(0, 1, T, A), (1, 2, T, A), (2, 0, T, A)]))
+
+
+def test_markov_equivalence_criterion():
+    chain = MAG(graph(3, [(0, 1, T, A), (1, 2, T, A)]))
+    fork = MAG(graph(3, [(0, 1, A, T), (1, 2, T, A)]))
+    collider = MAG(graph(3, [(0, 1, T, A), (1, 2, A, T)]))
+    assert markov_equivalent(chain, fork) and not markov_equivalent(chain, collider)
+    # discriminating path <0, 1, 2, 3>: collider at 2 or not is distinguishable
+    base = [(0, 1, T, A), (1, 3, T, A)]
+    g1 = MAG(graph(4, [*base, (2, 1, A, A), (2, 3, A, A)]))
+    g2 = MAG(graph(4, [*base, (2, 1, A, A), (2, 3, T, A)]))
+    assert not markov_equivalent(g1, g2)
+
+
+def test_pag_from_mag_equals_brute_force_mec_invariants():
+    rng = np.random.default_rng(11)
+    for _ in range(8):
+        mag, pag = random_instance(int(rng.integers(4, 7)), int(rng.integers(1, 4)), 0.4, rng, max_edges=9)
+        mec = mec_bruteforce(mag)
+        assert mag in mec
+        assert invariant_marks(mec) == pag
+        assert all(pag_from_mag(m) == pag for m in mec)
+
+
+# ------------------------------------------------------------------------------------- hand-made PAGs
+def test_chain_gives_exactly_five_mags():
+    p = pag_of(3, [(0, 1, C, C), (1, 2, C, C)])
+    got = {tuple(e[2:] for e in m.edges()) for m in list_mags(p)}
+    want = {((T, A), (T, A)), ((A, T), (A, T)), ((A, T), (T, A)), ((A, A), (T, A)), ((A, T), (A, A))}
+    assert got == want
+
+
+@pytest.mark.parametrize(("k", "count"), [(3, 19), (4, 219)])
+def test_complete_all_circle_counts(k, count):
+    p = complete_pag(k)
+    stats = ListingStats()
+    listed = list(list_mags(p, stats=stats))
+    assert len(listed) == len(set(listed)) == count
+    assert set(listed) == set(list_mags_bruteforce(p))
+    assert stats.dead_ends == 0 and stats.invalid_leaves == 0
+
+
+@pytest.mark.slow
+def test_complete_all_circle_five_vertices():
+    p = complete_pag(5)
+    listed = list(list_mags(p))
+    assert len(listed) == len(set(listed)) == 4231
+    assert set(listed) == set(list_mags_bruteforce(p))
+
+
+def test_no_circles_lists_itself():
+    p = pag_of(4, [(0, 1, A, A), (1, 2, A, A), (2, 3, A, A), (3, 0, A, A)])  # a <-> 4-cycle: all invariant
+    assert p.n_circles() == 0
+    assert [m.marks.tolist() for m in list_mags(p)] == [p.marks.tolist()]
+
+
+REGRESSION_1 = [(a, b, C, C) for a, b in itertools.combinations([0, 1, 3, 4], 2)] + [
+    (2, 3, C, C),
+    (2, 4, C, C),
+]
+REGRESSION_2 = [
+    (a, b, C, A)
+    for a, b in [
+        (0, 1),
+        (0, 5),
+        (3, 1),
+        (4, 1),
+        (1, 5),
+        (3, 2),
+        (4, 2),
+        (3, 5),
+        (3, 6),
+        (4, 5),
+        (4, 6),
+        (6, 5),
+    ]
+] + [(2, 6, C, C)]
+
+
+def _is_directed(p: PAG, a: int, b: int) -> bool:
+    return p.marks[a, b] == ARROW and p.marks[b, a] == TAIL
+
+
+def test_regression_pag_1():
+    p = pag_of(5, REGRESSION_1)
+    mags = list_mags_bruteforce(p)
+    assert len(mags) == 267 and set(list_mags(p)) == set(mags)
+    q = apply_background_knowledge(p, {(2, 3): "arrow"})
+    assert all(_is_directed(q, a, b) for a, b in [(3, 0), (3, 1), (4, 0), (4, 1)])
+    agree = [m for m in mags if m.marks[2, 3] == ARROW]
+    assert len(agree) == 39 and invariant_marks(agree).marks.tolist() == q.marks.tolist()
+    # the published base rules alone miss 4 -> 0 and 4 -> 1
+    g = MixedGraph(p.to_list())
+    g.m[2][3] = ARROW
+    close(g, BASE_RULES, probing=False)
+    assert g.m[4][0] == CIRCLE and g.m[4][1] == CIRCLE
+
+
+def test_regression_pag_2():
+    p = pag_of(7, REGRESSION_2)
+    mags = list_mags_bruteforce(p)
+    assert len(mags) == 619
+    assert _is_directed(apply_background_knowledge(p, {(2, 3): "arrow"}), 4, 5)
+    assert _is_directed(apply_background_knowledge(p, {(5, 3): "arrow"}), 4, 2)
+    for bk in ({(2, 3): ARROW}, {(5, 3): ARROW}):
+        (i, j), v = next(iter(bk.items()))
+        agree = [m for m in mags if m.marks[i, j] == v]
+        assert invariant_marks(agree) == apply_background_knowledge(p, bk)
+
+
+# ------------------------------------------------------------------ random instances vs brute force
+def _exact_and_locally_complete(pag: PAG, seeds: list[int]) -> None:
+    oracle = set(list_mags_bruteforce(pag))
+    for order, seed in [("index", None)] + [("random", s) for s in seeds]:
+        stats = ListingStats()
+        listed = list(list_mags(pag, check=True, order=order, seed=seed, stats=stats))
+        assert len(listed) == len(set(listed)) and set(listed) == oracle
+        assert stats.dead_ends == stats.incomplete_nodes == stats.invalid_leaves == 0
+        assert stats.checked_nodes == stats.nodes
+
+
+def test_random_instances_exact_and_locally_complete():
+    rng = np.random.default_rng(2025)
+    for k in range(4):
+        _, pag = random_instance(int(rng.integers(5, 7)), int(rng.integers(1, 5)), 0.4, rng, max_edges=9)
+        _exact_and_locally_complete(pag, [k])
+
+
+@pytest.mark.slow
+def test_regression_pag_2_listing():
+    p = pag_of(7, REGRESSION_2)
+    stats = ListingStats()
+    assert set(list_mags(p, stats=stats)) == set(list_mags_bruteforce(p)) and stats.dead_ends == 0
+
+
+@pytest.mark.slow
+def test_random_instances_exact_200():
+    """Brief §6 checks 1-2 on 200 instances; 3 random orders where the MEC has <= 1500 MAGs (time)."""
+    rng = np.random.default_rng(7)
+    for k in range(200):
+        n = int(rng.integers(5, 8))
+        _, pag = random_instance(
+            n, int(rng.integers(1, 5)), float(rng.uniform(0.35, 0.45)), rng, max_edges=12
+        )
+        small = len(list_mags_bruteforce(pag)) <= 1500
+        _exact_and_locally_complete(pag, [3 * k, 3 * k + 1, 3 * k + 2] if small else [])
+
+
+def test_listed_mags_are_valid_equivalent_and_map_back():
+    rng = np.random.default_rng(5)
+    _, pag = random_instance(6, 3, 0.45, rng, max_edges=12)
+    listed = list(list_mags(pag, verify=False))
+    assert listed and all(is_mag(m) and pag_from_mag(m) == pag for m in listed)
+    assert all(markov_equivalent(listed[0], m) for m in listed)
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.integers(0, 10_000), st.integers(0, 3))
+def test_singleton_bk_closure_is_exact(seed, which):
+    """apply_background_knowledge(P, one mark) == invariant marks of the MAGs that agree with it."""
+    rng = np.random.default_rng(seed)
+    _, pag = random_instance(5, 2, 0.45, rng, max_edges=9)
+    circles = np.argwhere(pag.marks == CIRCLE)
+    if len(circles) == 0:
+        return
+    i, j = (int(x) for x in circles[which % len(circles)])
+    mags = list_mags_bruteforce(pag)
+    for v in (ARROW, TAIL):
+        agree = [m for m in mags if m.marks[i, j] == v]
+        if agree:
+            assert apply_background_knowledge(pag, {(i, j): v}) == invariant_marks(agree)
+        else:
+            with pytest.raises(InconsistentBackgroundKnowledge):
+                apply_background_knowledge(pag, {(i, j): v})
+
+
+# --------------------------------------------------------------------------------------- conversions
+def test_causallearn_mark_convention_and_round_trip():
+    cl = pytest.importorskip("causallearn")
+    del cl
+    from causallearn.graph.Edge import Edge
+    from causallearn.graph.Endpoint import Endpoint
+    from causallearn.graph.GeneralGraph import GeneralGraph
+    from causallearn.graph.GraphNode import GraphNode
+
+    nodes = [GraphNode(f"V{i}") for i in range(3)]
+    g = GeneralGraph(nodes)
+    g.add_directed_edge(nodes[0], nodes[1])  # V0 -> V1
+    g.add_edge(Edge(nodes[1], nodes[2], Endpoint.CIRCLE, Endpoint.ARROW))  # V1 o-> V2
+    assert g.graph[0, 1] == -1 and g.graph[1, 0] == 1  # causal-learn: graph[i, j] is the mark at i
+    p = PAG.from_causallearn(g)
+    assert (
+        p.marks[0, 1] == ARROW
+        and p.marks[1, 0] == TAIL
+        and p.marks[1, 2] == ARROW
+        and p.marks[2, 1] == CIRCLE
+    )
+    assert p.pretty() == "V0 --> V1\nV1 o-> V2"
+    back = p.to_causallearn()
+    assert np.array_equal(back.graph, g.graph) and [n.get_name() for n in back.get_nodes()] == [
+        "V0",
+        "V1",
+        "V2",
+    ]
+
+
+def test_networkx_round_trip():
+    p = pag_of(5, [*REGRESSION_1[:3], (1, 2, T, A)])
+    assert PAG.from_networkx(p.to_networkx()) == p
+    import networkx as nx
+
+    d = nx.DiGraph([("a", "b"), ("b", "c"), ("c", "b")])
+    m = MAG.from_networkx(d)
+    assert m.pretty() == "a --> b\nb <-> c"
+
+
+def test_causallearn_fci_round_trip():
+    pytest.importorskip("causallearn")
+    import networkx as nx
+    from causallearn.search.ConstraintBased.FCI import fci
+
+    from icml25.causal_discovery.mag_listing import mag_from_dag
+
+    rng = np.random.default_rng(4)
+    n, n_lat = 6, 2
+    adjacency = np.triu(rng.random((n + n_lat, n + n_lat)) < 0.45, 1)
+    perm = rng.permutation(n + n_lat)
+    adjacency = adjacency[np.ix_(perm, perm)]
+    dag = nx.DiGraph()
+    dag.add_nodes_from(range(n + n_lat))
+    dag.add_edges_from(zip(*np.nonzero(adjacency), strict=True))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        g, _ = fci(np.zeros((10, n)), "d_separation", true_dag=dag, show_progress=False, verbose=False)
+    pag = PAG.from_causallearn(g)
+    assert pag == pag_from_mag(mag_from_dag(adjacency, list(range(n, n + n_lat))))
+    listed = list(list_mags(pag))
+    assert listed and set(listed) == set(list_mags_bruteforce(pag))
+    assert all(pag_from_mag(m) == pag for m in listed)
+
+
+# ---------------------------------------------------------------------------------------- bad inputs
+def test_bad_matrices():
+    with pytest.raises(ValueError, match="square"):
+        PAG(np.zeros((2, 3)))
+    with pytest.raises(ValueError, match="marks in"):
+        PAG([[0, 5], [1, 0]])
+    with pytest.raises(ValueError, match="symmetric adjacency"):
+        PAG([[0, 1], [0, 0]])
+    with pytest.raises(TypeError, match="integer array"):
+        PAG("o->")
+    with pytest.raises(NotImplementedError, match="selection"):
+        PAG(graph(2, [(0, 1, T, T)]))
+    with pytest.raises(NotImplementedError, match="selection"):
+        PAG(graph(2, [(0, 1, T, C)]))
+
+
+def test_invalid_pag():
+    missing_collider = pag_of(3, [(0, 1, C, A), (1, 2, C, C)])  # R1 would orient 1 -> 2
+    cyclic = pag_of(3, [(0, 1, T, A), (1, 2, T, A), (2, 0, T, A)])
+    for p in (missing_collider, cyclic):
+        with pytest.raises(ValueError, match="not a valid PAG"):
+            next(list_mags(p))
+        with pytest.raises(ValueError, match="not a valid PAG"):
+            list_mags_bruteforce(p)
+        with pytest.warns(UserWarning, match="not a valid PAG"):
+            assert list(list_mags(p, strict=False)) == []
+    with pytest.raises(TypeError, match="pag must be a PAG"):
+        next(list_mags(np.zeros((2, 2))))
+    with pytest.raises(ValueError, match="order"):
+        next(list_mags(complete_pag(3), order="bfs"))
+
+
+def test_inconsistent_background_knowledge():
+    p = pag_of(3, [(0, 1, C, C), (1, 2, C, C)])
+    with pytest.raises(InconsistentBackgroundKnowledge):
+        apply_background_knowledge(p, {(0, 1): "arrow", (2, 1): "arrow"})  # unshielded collider at 1
+    q = pag_of(3, [(0, 1, C, A), (2, 1, C, A)])  # 0 o-> 1 <-o 2
+    with pytest.raises(InconsistentBackgroundKnowledge):
+        apply_background_knowledge(q, {(0, 1): "tail"})  # contradicts the invariant arrowhead
+    with pytest.raises(ValueError, match="edge"):
+        apply_background_knowledge(p, {(0, 2): "arrow"})
+    with pytest.raises(ValueError, match="'arrow'"):
+        apply_background_knowledge(p, {(0, 1): "circle"})
+    with pytest.raises(TypeError, match="mapping"):
+        apply_background_knowledge(p, [((0, 1), "arrow")])
+
+
+def test_check_warns_for_large_graphs():
+    p = PAG(np.zeros((21, 21), dtype=np.int8))
+    with pytest.warns(UserWarning, match="exponential"):
+        assert len(list(list_mags(p, check=True))) == 1
+
+
+# ------------------------------------------------------------------------------------ reproduction
+def test_quick_reproduction_passes():
+    from icml25.causal_discovery.experiments.mag_listing import run
+
+    report = run(quick=True, seed=0)
+    assert report.paper == "P07" and report.passed
+    assert report.metrics["exact_match_rate"] == 1.0
+    assert report.metrics["dead_ends"] == 0 and report.metrics["incomplete_nodes"] == 0
+    assert report.metrics["invalid_leaves"] == 0
