@@ -324,15 +324,23 @@ def test_bad_block_mask_raises():
 
 # ------------------------------------------------------------------------- Triton (interpreter on CPU)
 
+# Triton runs on CUDA tensors when a GPU is present, else in the interpreter (TRITON_INTERPRET=1) on CPU.
+TRITON_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _tqkv(*args, **kwargs):
+    return tuple(t.to(TRITON_DEVICE) for t in _qkv(*args, **kwargs))
+
+
 needs_triton = pytest.mark.skipif(not triton_available(), reason="triton is not installed")
 
 
 @needs_triton
 def test_triton_backend_limits_raise():
-    q, k, v = _qkv(1, 1, 1, 64, 64, 300)
+    q, k, v = _tqkv(1, 1, 1, 64, 64, 300)
     with pytest.raises(ValueError, match="head dim d must be <= 256 for the Triton backend"):
         sparge_attention(q, k, v, block_q=16, block_k=16, backend="triton")
-    q, k, v = _qkv(1, 1, 1, 64, 64, 32)
+    q, k, v = _tqkv(1, 1, 1, 64, 64, 32)
     with pytest.raises(ValueError, match="block_q must be a power of two >= 16"):
         sparge_attention(q, k, v, block_q=24, block_k=16, backend="triton")
 
@@ -341,7 +349,7 @@ def test_triton_backend_limits_raise():
 def test_triton_block_stats_match_reference():
     from icml25.kernels.sparse_attention import triton as tri
 
-    x = torch.randn(2, 2, 45, 24)
+    x = torch.randn(2, 2, 45, 24).to(TRITON_DEVICE)
     mean = x.mean(2)
     for kw in ({}, {"mean": mean, "quant_scale": 1.0}, {"quant_scale": 0.18}):
         got, want = tri.block_stats(x, 16, **kw), ref.block_stats(x, 16, **kw)
@@ -358,7 +366,7 @@ def test_triton_block_stats_match_reference():
     ("causal", "h", "hkv", "lq", "lk", "d"), [(False, 2, 1, 64, 53, 24), (True, 2, 2, 61, 61, 32)]
 )
 def test_triton_full_mask_equals_sdpa(causal, h, hkv, lq, lk, d):
-    q, k, v = _qkv(1, h, hkv, lq, lk, d, seed=2)
+    q, k, v = _tqkv(1, h, hkv, lq, lk, d, seed=2)
     o = sparge_attention(q, k, v, is_causal=causal, **FULL, block_q=16, block_k=16, backend="triton")
     torch.testing.assert_close(o, _sdpa(q, k, v, causal), atol=1e-5, rtol=1e-5)
 
@@ -366,11 +374,11 @@ def test_triton_full_mask_equals_sdpa(causal, h, hkv, lq, lk, d):
 @needs_triton
 @pytest.mark.parametrize("causal", [False, True])
 def test_triton_sparse_int8_lambda_matches_reference(causal):
-    q, k, v = _qkv(1, 2, 1, 64, 64, 32, seed=4)
+    q, k, v = _tqkv(1, 2, 1, 64, 64, 32, seed=4)
     q[..., 0] += 6.0
     k[:, :, :16, 0] += 6.0  # a dominant first K block makes λ skips happen
-    kw = {"is_causal": causal, "cdf_threshold": None, "topk": 0.5, "sim_threshold": torch.tensor([0.0, -1.0]),
-          "pv_threshold": torch.tensor([1.0, 3.0]), "block_q": 16, "block_k": 16, "return_stats": True}  # fmt: skip
+    kw = {"is_causal": causal, "cdf_threshold": None, "topk": 0.5, "sim_threshold": torch.tensor([0.0, -1.0], device=TRITON_DEVICE),
+          "pv_threshold": torch.tensor([1.0, 3.0], device=TRITON_DEVICE), "block_q": 16, "block_k": 16, "return_stats": True}  # fmt: skip
     o_t, st_t = sparge_attention(q, k, v, backend="triton", **kw)
     o_r, st_r = sparge_attention(q, k, v, backend="reference", **kw)
     torch.testing.assert_close(o_t, o_r, atol=2e-5, rtol=1e-4)
@@ -380,9 +388,10 @@ def test_triton_sparse_int8_lambda_matches_reference(causal):
 
 @needs_triton
 def test_triton_fp16_and_masked_oracle():
-    q, k, v = _qkv(1, 2, 2, 48, 48, 32, seed=9)
+    q, k, v = _tqkv(1, 2, 2, 48, 48, 32, seed=9)
     mask = torch.rand(1, 2, 3, 3, generator=torch.Generator().manual_seed(0)) < 0.5
     mask[..., 0] = True
+    mask = mask.to(TRITON_DEVICE)
     o_t = block_sparse_attention(
         q.half(), k.half(), v.half(), mask, quantize_qk=True, block_q=16, block_k=16, backend="triton"
     )

@@ -21,14 +21,18 @@ from icml25.kernels.topk_decode import (
 needs_triton = pytest.mark.skipif(not triton_available(), reason="triton not installed")
 
 
-def _inputs(B=6, K=10, n=33, d=40, dtype=torch.float32, seed=0, dup=True):
+# Triton runs on CUDA tensors when a GPU is present, else in the interpreter (TRITON_INTERPRET=1) on CPU.
+TRITON_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _inputs(B=6, K=10, n=33, d=40, dtype=torch.float32, seed=0, dup=True, device="cpu"):
     g = torch.Generator().manual_seed(seed)
     values = torch.randn(B, K, generator=g, dtype=dtype)
     idx = torch.randint(0, n, (B, K), generator=g)
     if dup and K >= 3:
         idx[0, :3] = 5  # repeated latents in one row must add up
     W = torch.randn(n, d, generator=g, dtype=dtype)
-    return values, idx, W
+    return values.to(device), idx.to(device), W.to(device)
 
 
 def test_reference_equals_dense_scatter_matmul_forward_and_backward():
@@ -103,7 +107,7 @@ def test_property_reference_matches_dense(B, K, n, d, seed):
 @pytest.mark.parametrize("shape", [(6, 10, 33, 40), (3, 37, 50, 130), (1, 1, 1, 1)])
 def test_triton_forward_and_backward_match_reference(shape):
     B, K, n, d = shape
-    values, idx, W = _inputs(B, K, n, d)
+    values, idx, W = _inputs(B, K, n, d, device=TRITON_DEVICE)
     v1, W1 = values.clone().requires_grad_(True), W.clone().requires_grad_(True)
     v2, W2 = values.clone().requires_grad_(True), W.clone().requires_grad_(True)
     ref = topk_decode(v1, idx, W1, backend="reference")
@@ -118,7 +122,7 @@ def test_triton_forward_and_backward_match_reference(shape):
 
 @needs_triton
 def test_triton_prefix_forward_and_backward_match_reference():
-    values, idx, W = _inputs(B=5, K=40, n=64, d=48, seed=3)
+    values, idx, W = _inputs(B=5, K=40, n=64, d=48, seed=3, device=TRITON_DEVICE)
     ks = [2, 3, 17, 33]  # K > ks[-1]: the tail gets zero gradient
     v1, W1 = values.clone().requires_grad_(True), W.clone().requires_grad_(True)
     v2, W2 = values.clone().requires_grad_(True), W.clone().requires_grad_(True)
@@ -136,7 +140,7 @@ def test_triton_prefix_forward_and_backward_match_reference():
 @needs_triton
 def test_triton_gradcheck_style_finite_difference_float32():
     # Triton accumulates in float32: check its gradient against central differences of the reference.
-    values, idx, W = _inputs(B=2, K=4, n=6, d=5, seed=1)
+    values, idx, W = _inputs(B=2, K=4, n=6, d=5, seed=1, device=TRITON_DEVICE)
     v = values.clone().requires_grad_(True)
     out = topk_decode(v, idx, W, backend="triton")
     g = torch.randn_like(out)
