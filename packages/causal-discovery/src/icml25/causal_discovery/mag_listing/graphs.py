@@ -176,7 +176,7 @@ class PAG(_MarkGraph):
     """Partial ancestral graph: an ``[n, n]`` mark matrix with pcalg codes (see the module docstring).
 
     Construction checks the matrix form (``ValueError``) and rejects selection-bias marks
-    (``NotImplementedError``); whether it is a *valid* PAG is checked by :meth:`validate` (and by
+    (``ValueError``); whether it is a *valid* PAG is checked by :meth:`validate` (and by
     ``list_mags``), because that needs the FCI rules.
     """
 

@@ -84,7 +84,7 @@ def reject_selection_bias(arr: np.ndarray, name: str) -> None:
         hit = tail_at_i & (arr == other)
         if hit.any():
             i, j = np.argwhere(hit)[0]
-            raise NotImplementedError(
+            raise ValueError(
                 f"{name} has a {what} edge between {i} and {j}; such marks arise only from selection "
                 "bias, which this implementation does not support (edges must be ->, <->, o->, o-o)"
             )
