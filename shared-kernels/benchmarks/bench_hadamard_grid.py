@@ -11,10 +11,11 @@ per value, next to icml25.kernels.quantization's uniform 2-bit group quantizer a
 from __future__ import annotations
 
 import argparse
-import time
+import statistics
 from collections.abc import Callable
 
 import torch
+from _timing import call_times
 
 from icml25.kernels import triton_available
 from icml25.kernels.hadamard_grid import grid_decode, grid_encode
@@ -34,15 +35,8 @@ def gaussian_grid(d: int, n: int, seed: int = 0) -> torch.Tensor:
 
 
 def timeit(fn: Callable[[], object], device: str, reps: int) -> float:
-    fn()
-    if device == "cuda":
-        torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(reps):
-        fn()
-    if device == "cuda":
-        torch.cuda.synchronize()
-    return (time.perf_counter() - t) / reps
+    """Mean seconds per call over ``reps`` calls after one warm-up call."""
+    return statistics.fmean(call_times(fn, reps, cuda=device == "cuda")[0])
 
 
 def main() -> None:

@@ -13,10 +13,10 @@ kernels and the reference run; on CPU the reference (the Triton interpreter is f
 from __future__ import annotations
 
 import argparse
-import time
 from collections.abc import Callable
 
 import torch
+from _timing import call_times
 
 from icml25.kernels import triton_available
 from icml25.kernels.quantization import dequantize, quantize
@@ -55,17 +55,7 @@ def naive_dequantize(
 
 def timeit(fn: Callable[[], object], device: str, reps: int) -> float:
     """Fastest of ``reps`` calls after one warm-up call (the minimum is robust to other processes' load)."""
-    fn()
-    times = []
-    for _ in range(reps):
-        if device == "cuda":
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        if device == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+    return min(call_times(fn, reps, cuda=device == "cuda")[0])
 
 
 def rel_mse(x_hat: torch.Tensor, x: torch.Tensor) -> float:

@@ -15,10 +15,10 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
-import time
 
 import torch
 import torch.nn.functional as F
+from _timing import call_times
 
 from icml25.kernels.sparse_attention import relative_l1, sparge_attention
 
@@ -44,17 +44,7 @@ def clustered(length: int, heads: int, dim: int, device: str, dtype: torch.dtype
 
 def timed(fn, reps: int, device: str) -> float:
     """Median wall time of ``fn()`` in milliseconds (after one warm-up call)."""
-    fn()
-    times = []
-    for _ in range(reps):
-        if device == "cuda":
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        if device == "cuda":
-            torch.cuda.synchronize()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+    return statistics.median(call_times(fn, reps, cuda=device == "cuda")[0]) * 1e3
 
 
 def check(device: str) -> None:

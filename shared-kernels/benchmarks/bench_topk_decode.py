@@ -14,24 +14,18 @@ with speed ratios against the dense baseline and the max abs error against it. R
 from __future__ import annotations
 
 import argparse
-import time
+import statistics
 
 import torch
+from _timing import call_times
 
 from icml25.kernels import triton_available
 from icml25.kernels.topk_decode import topk_decode, topk_decode_prefix
 
 
 def _time(fn, reps: int) -> float:
-    fn()  # warm-up (and Triton compilation)
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        fn()
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / reps
+    """Mean seconds per call over ``reps`` calls after one warm-up call (which compiles Triton)."""
+    return statistics.fmean(call_times(fn, reps, cuda=torch.cuda.is_available())[0])
 
 
 def main() -> None:

@@ -7,26 +7,17 @@ the largest count difference (always 0: integer counts).
 
 from __future__ import annotations
 
-import time
 from functools import partial
 
 import torch
+from _timing import call_times
 
 from icml25.kernels.xor_lag import pack_bits, xor_lag_counts, xor_lag_counts_bruteforce
 
 
 def _time(fn, repeat: int = 3) -> tuple[float, object]:
-    out = fn()
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        out = fn()
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        best = min(best, time.perf_counter() - t0)
-    return best, out
+    times, out = call_times(fn, repeat, cuda=torch.cuda.is_available())
+    return min(times), out
 
 
 def main() -> None:

@@ -1,0 +1,27 @@
+"""Wall-clock timing shared by the kernel benchmarks (imported as a sibling module by the scripts here).
+
+One warm-up call (Triton compiles there), then ``reps`` timed calls; with ``cuda=True`` the device is
+synchronised around each call, so a time covers the kernels and not only their launch.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+
+def call_times(fn: Callable[[], Any], reps: int, *, cuda: bool) -> tuple[list[float], Any]:
+    """Seconds taken by each of ``reps`` calls of ``fn`` after a warm-up call, and the last call's result."""
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    out = fn()
+    sync()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        out = fn()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return times, out
