@@ -19,6 +19,7 @@ sparsity curves of the paper are measured. Top-k decodes go through the shared `
 
 from __future__ import annotations
 
+import abc
 import math
 import warnings
 from typing import Any
@@ -55,7 +56,7 @@ def scatter_latents(values: torch.Tensor, idx: torch.Tensor, d_sae: int) -> torc
     return z.scatter(-1, idx, values)
 
 
-class SparseAutoencoder(nn.Module):
+class SparseAutoencoder(nn.Module, abc.ABC):
     """Shared parameters, init, encode/decode and decoder-norm utilities of all SAEs here.
 
     Subclasses define :meth:`activate` (default latents from pre-activations, dense [B, d_sae]) and
@@ -111,9 +112,9 @@ class SparseAutoencoder(nn.Module):
         """``(x − b_dec) @ W_enc + b_enc`` for x [B, d_in] → [B, d_sae] (no validation; internal)."""
         return (x - self.b_dec) @ self.W_enc + self.b_enc
 
+    @abc.abstractmethod
     def activate(self, pre: torch.Tensor) -> torch.Tensor:
         """The model's default latents [B, d_sae] from pre-activations [B, d_sae]."""
-        raise NotImplementedError
 
     def encode(self, x: torch.Tensor, k: int | None = None) -> torch.Tensor:
         """Latents [..., d_sae] of x [..., d_in].
@@ -153,9 +154,9 @@ class SparseAutoencoder(nn.Module):
         return x_hat.reshape(*lead, self.d_in)
 
     # ------------------------------------------------------------------------------------------ training
+    @abc.abstractmethod
     def loss(self, x: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         """Training objective on a batch x [..., d_in]; returns ``(loss, logs)``."""
-        raise NotImplementedError
 
     @torch.no_grad()
     def _update_fired(self, fired: torch.Tensor, batch_size: int) -> None:
