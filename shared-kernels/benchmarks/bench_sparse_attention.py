@@ -3,11 +3,17 @@
     python shared-kernels/benchmarks/bench_sparse_attention.py            # L in {1k, 4k, 16k}
     python shared-kernels/benchmarks/bench_sparse_attention.py --quick    # CPU smoke run, smaller L
     python shared-kernels/benchmarks/bench_sparse_attention.py --check    # + Triton-vs-reference check first
+    python shared-kernels/benchmarks/bench_sparse_attention.py --launches # launches + host syncs of one call
 
 On a CUDA device the Triton kernels run (fp16, d=128 by default); on CPU the PyTorch reference runs (fp32,
 d=64). Inputs have the block locality of image/video tokens (clustered q/k, as in the P01 reproduction),
 so the *measured* stage-1 sparsity of each setting is printed next to its time and error. Two sparse
 settings per length: the plug-and-play CDF one (τ=0.95, θ=0.5, λ=20) and top-k 20% (θ=-1, λ=20).
+
+Per-call work of the Triton path (``--launches`` records it on any device; on CPU through the Triton
+interpreter): 4 launches — ``k.mean`` (torch), ``_qk_stats_kernel``, ``_select_lut_kernel``,
+``_sparge_fwd_kernel`` — and no host↔device synchronisation. The previous version made 3 Triton launches
+plus 84 (110 causal) torch ops and 7 host syncs per call, which dominated its GPU time at L ≤ 4k.
 """
 
 from __future__ import annotations
@@ -87,6 +93,60 @@ def check(device: str) -> None:
         )
 
 
+_METADATA_OPS = {  # aten ops that launch nothing (views, allocations)
+    "empty", "empty_strided", "view", "_unsafe_view", "detach", "alias", "expand", "unsqueeze", "squeeze",
+    "transpose", "t", "permute", "as_strided", "slice", "select", "lift_fresh",
+}  # fmt: skip
+
+
+def launches(device: str) -> None:
+    """Record one Triton-path call: Triton kernels launched, other aten kernels, host syncs."""
+    if device != "cuda":
+        import os
+
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # must precede the first triton import
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from icml25.kernels.sparse_attention import triton as tri
+
+    class Recorder(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops: list[str] = []
+            self.paused = False
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if not self.paused:
+                self.ops.append(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    launcher = type(tri._sparge_fwd_kernel)
+    original, kernels, rec = launcher.run, [], Recorder()
+
+    def run(self, *args, **kwargs):
+        rec.paused = True
+        kernels.append(self.fn.__name__)
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            rec.paused = False
+
+    length, dim = (1024, 128) if device == "cuda" else (64, 32)
+    blocks = {"block_q": 128, "block_k": 64} if device == "cuda" else {"block_q": 16, "block_k": 16}
+    q, k, v = clustered(length, 2, dim, device, torch.float16 if device == "cuda" else torch.float32)
+    sparge_attention(q, k, v, backend="triton", **blocks)  # warm-up (compilation)
+    launcher.run = run
+    try:
+        with rec:
+            sparge_attention(q, k, v, backend="triton", **blocks)
+    finally:
+        launcher.run = original
+    torch_ops = [op for op in rec.ops if op not in _METADATA_OPS]
+    syncs = sum(op in ("_local_scalar_dense", "nonzero") for op in torch_ops)
+    print(f"one sparge_attention call (triton): Triton launches {kernels}; torch kernels {torch_ops}; "
+          f"host syncs (.item()/bool()/nonzero) {syncs}")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -97,9 +157,12 @@ def main() -> None:
     parser.add_argument("--dim", type=int, default=None)
     parser.add_argument("--reps", type=int, default=None)
     parser.add_argument("--check", action="store_true", help="first compare Triton with the reference")
+    parser.add_argument("--launches", action="store_true", help="first count launches/syncs of one call")
     args = parser.parse_args()
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.launches:
+        launches(device)
     if args.check:
         check(device)
     dtype = torch.float16 if device == "cuda" else torch.float32

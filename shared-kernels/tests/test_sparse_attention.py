@@ -63,21 +63,39 @@ def test_nhd_layout_and_explicit_scale():
     torch.testing.assert_close(o.transpose(1, 2), _sdpa(q, k, v, False, scale=0.3), atol=1e-5, rtol=1e-5)
 
 
-def test_int8_full_mask_error_bounded_and_equals_dequantized_dense():
+@pytest.mark.parametrize(("gran", "group", "bound"), [("per_warp", 32, 0.012), ("per_block", 128, 0.013)])
+def test_int8_full_mask_error_bounded_and_equals_dequantized_dense(gran, group, bound):
     q, k, v = _qkv(1, 2, 2, 512, 512, 64)
-    o = sparge_attention(
-        q, k, v, cdf_threshold=1.0, sim_threshold=1.0, pv_threshold=None, backend="reference"
-    )
-    # Measured 0.0121 on unit Gaussians (per-block INT8 rounding; the brief's estimate was < 0.01).
-    assert relative_l1(o, _sdpa(q, k, v, False)) < 0.015
+    kw = {"cdf_threshold": 1.0, "sim_threshold": 1.0, "pv_threshold": None, "backend": "reference"}
+    o = sparge_attention(q, k, v, qk_quant_gran=gran, **kw)
+    # Measured on these unit Gaussians: 0.0118 per warp (32 Q rows/scale, SageAttention's granularity),
+    # 0.0123 per block (128 rows). The issue's estimate (< 0.01) is below what INT8 Q/K with one scale per
+    # 64-row K block can reach here: even exact Q with per-block K measures 0.0085 (see the P01 README).
+    assert ref.relative_l1(o, _sdpa(q, k, v, False)) < bound
+    assert ref.q_quant_group(gran, 128, 64) == group
     # Exact reduction: the same as dense attention on the dequantized (smoothed, pre-scaled) operands.
     c = ref.LOG2E / 8.0
     qi, qs, ki, ks = ref.quantize_qk(
-        q, k, scale=1 / 8.0, smooth_k=True, quantize=True, block_q=128, block_k=64
+        q, k, scale=1 / 8.0, smooth_k=True, quantize=True, block_q=128, block_k=64, q_group=group
     )
-    q_deq = (qi.float().view(1, 2, 4, 128, 64) * qs[..., None, None]).view(1, 2, 512, 64) / c
+    assert qs.shape == (1, 2, 512 // group) and ks.shape == (1, 2, 8)
+    q_deq = (qi.float().view(1, 2, 512 // group, group, 64) * qs[..., None, None]).view(1, 2, 512, 64) / c
     k_deq = (ki.float().view(1, 2, 8, 64, 64) * ks[..., None, None]).view(1, 2, 512, 64)
     torch.testing.assert_close(o, _sdpa(q_deq, k_deq, v, False), atol=2e-5, rtol=1e-4)
+
+
+def test_per_warp_scales_are_maxima_of_their_rows():
+    x = torch.randn(1, 1, 100, 64)
+    x[0, 0, 40] *= 50.0  # one outlier row: only its warp's scale grows
+    _, _, xi, s = ref.block_stats(x, 64, quant_scale=1.0, quant_group=16)
+    rows = torch.nn.functional.pad(x, (0, 0, 0, 28)).view(8, 16, 64)
+    expected = rows.abs().amax(dim=(1, 2)) / 127.0
+    torch.testing.assert_close(s.view(8), torch.where(expected > 0, expected, torch.ones_like(expected)))
+    assert float(s[0, 0, 2]) > 10 * float(s[0, 0, 0]) and xi.shape == (1, 1, 128, 64)
+    with pytest.raises(ValueError, match="qk_quant_gran must be one of"):
+        sparge_attention(
+            x[..., :64, :], x[..., :64, :], x[..., :64, :], block_q=32, qk_quant_gran="per_thread"
+        )
 
 
 def test_quantize_int8_rounds_half_away_and_bounds_error():
@@ -349,9 +367,14 @@ def test_triton_backend_limits_raise():
 def test_triton_block_stats_match_reference():
     from icml25.kernels.sparse_attention import triton as tri
 
-    x = torch.randn(2, 2, 45, 24).to(TRITON_DEVICE)
+    x = torch.randn(1, 2, 45, 24).to(TRITON_DEVICE)
     mean = x.mean(2)
-    for kw in ({}, {"mean": mean, "quant_scale": 1.0}, {"quant_scale": 0.18}):
+    for kw in (
+        {},
+        {"mean": mean, "quant_scale": 1.0},
+        {"quant_scale": 0.18},
+        {"quant_scale": 0.3, "quant_group": 4},
+    ):
         got, want = tri.block_stats(x, 16, **kw), ref.block_stats(x, 16, **kw)
         torch.testing.assert_close(got[0], want[0], atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(got[1], want[1], atol=1e-5, rtol=1e-5)
@@ -428,3 +451,172 @@ def test_property_sparse_equals_masked_oracle_and_lut(hkv, group, lq, lk, bq, bk
         q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), attn_mask=elem
     )
     torch.testing.assert_close(o, oracle, atol=1e-5, rtol=1e-5)
+
+
+def _clustered(h, hkv, lq, lk, d, seed=0):
+    """Block-local q/k (clusters along the sequence) so that stage 1 has real choices to make."""
+    g = torch.Generator().manual_seed(seed)
+    centres = torch.randn(6, d, generator=g)
+    q = centres[(torch.arange(lq) // 24) % 6] + 0.6 * torch.randn(1, h, lq, d, generator=g)
+    k = centres[(torch.arange(lk) // 20) % 6] + 0.6 * torch.randn(1, hkv, lk, d, generator=g)
+    return q.to(TRITON_DEVICE), k.to(TRITON_DEVICE), torch.randn(1, hkv, lk, d, generator=g).to(TRITON_DEVICE)
+
+
+@needs_triton
+@pytest.mark.parametrize(
+    ("causal", "sink", "mode", "per_head"),
+    [
+        (False, False, "cdf", False),
+        (True, True, "cdf", True),
+        (False, True, "topk", True),
+        (True, False, "topk", False),
+    ],
+)
+def test_triton_stage1_and_lut_equal_reference(causal, sink, mode, per_head):
+    """The fused stage-1 + LUT kernel gives exactly the reference mask, LUT and counts."""
+    from icml25.kernels.sparse_attention import triton as tri
+
+    q, k, _ = _clustered(2, 1, 60, 300, 16)  # GQA, ragged; nk = 19 spans two 16-block chunks of the kernel
+    k_mean = k.mean(dim=-2)
+    q_stats = ref.block_stats(q, 16)
+    k_stats = ref.block_stats(k, 16, mean=k_mean)
+    theta = torch.tensor([0.2, -1.0]) if per_head else 0.3
+    sel = (torch.tensor([0.5, 0.8]) if mode == "cdf" else torch.tensor([0.3, 0.5])) if per_head \
+        else (0.7 if mode == "cdf" else 0.3)  # fmt: skip
+    cdf, topk = (sel, None) if mode == "cdf" else (None, sel)
+    kw = {"scale": 0.25, "is_causal": causal, "attention_sink": sink, "block_q": 16, "block_k": 16}
+    to_dev = lambda x: x.to(TRITON_DEVICE) if isinstance(x, torch.Tensor) else x  # noqa: E731
+    mask_t, lut_t, cnt_t = tri.select_lut(q_stats, k_stats, sim_threshold=to_dev(theta), cdf_threshold=to_dev(cdf),
+                                          topk=to_dev(topk), **kw)  # fmt: skip
+    ph = lambda x: None if x is None else ref.per_head(x, 2, q.device)  # noqa: E731
+    mask_r = ref.select_blocks(*q_stats[:2], *k_stats[:2], sim_threshold=ph(theta), cdf_threshold=ph(cdf),
+                               topk=ph(topk), **kw)  # fmt: skip
+    lut_r, cnt_r = ref.mask_to_lut(mask_r)
+    assert torch.equal(mask_t, mask_r) and torch.equal(cnt_t, cnt_r) and torch.equal(lut_t, lut_r)
+    assert 0 < int(mask_r.sum()) < mask_r.numel()
+
+
+@needs_triton
+@pytest.mark.parametrize("causal", [False, True])
+def test_triton_mask_to_lut_equals_reference(causal):
+    from icml25.kernels.sparse_attention import triton as tri
+
+    mask = (torch.rand(2, 3, 5, 9, generator=torch.Generator().manual_seed(1)) < 0.4).to(TRITON_DEVICE)
+    got_mask, lut, count = tri.mask_to_lut(mask, is_causal=causal, block_q=32, block_k=16)
+    want = mask & ref.causal_block_valid(5, 9, 32, 16, mask.device) if causal else mask
+    lut_r, count_r = ref.mask_to_lut(want)
+    assert torch.equal(got_mask, want) and torch.equal(lut, lut_r) and torch.equal(count, count_r)
+
+
+@needs_triton
+@pytest.mark.parametrize("gran", ["per_warp", "per_block"])
+def test_triton_int8_quant_granularity_matches_reference(gran):
+    # block_q=64, d=32: per warp = 32 rows per Q scale (2 per block), per block = 64.
+    q, k, v = _tqkv(1, 2, 2, 128, 96, 32, seed=3)
+    kw = {"cdf_threshold": 1.0, "sim_threshold": 1.0, "pv_threshold": None, "block_q": 64, "block_k": 32,
+          "qk_quant_gran": gran}  # fmt: skip
+    o_t = sparge_attention(q, k, v, backend="triton", **kw)
+    o_r = sparge_attention(q, k, v, backend="reference", **kw)
+    torch.testing.assert_close(o_t, o_r, atol=2e-5, rtol=1e-4)
+    assert relative_l1(o_t, _sdpa(q, k, v, False)) < 0.02
+
+
+_NO_KERNEL = {  # aten ops that only make metadata (views, allocations): no device work, no launch
+    "empty", "empty_strided", "view", "_unsafe_view", "detach", "alias", "expand", "unsqueeze", "squeeze",
+    "transpose", "t", "permute", "as_strided", "slice", "select", "lift_fresh",
+}  # fmt: skip
+
+
+def _record(fn):
+    """Run ``fn`` recording every aten op outside Triton launches, and the Triton kernels launched."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from icml25.kernels.sparse_attention import triton as tri
+
+    class Recorder(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops, self.paused = [], False
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if not self.paused:
+                self.ops.append(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    launcher = type(tri._sparge_fwd_kernel)  # InterpretedFunction under TRITON_INTERPRET=1, else JITFunction
+    original, launches, rec = launcher.run, [], Recorder()
+
+    def run(self, *args, **kwargs):  # the interpreter's own host copies are not the op's work
+        rec.paused = True
+        launches.append(self.fn.__name__)
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            rec.paused = False
+
+    launcher.run = run
+    try:
+        with rec:
+            fn()
+    finally:
+        launcher.run = original
+    return [op for op in rec.ops if op not in _NO_KERNEL], launches
+
+
+@needs_triton
+def test_triton_path_never_syncs_and_launches_four_kernels():
+    """Structural check of the GPU hot path, run on CPU: no aten op that reads a device value back to the host
+    (``.item()``/``bool()``/``.tolist()`` all lower to ``_local_scalar_dense``; ``nonzero`` has a data-dependent
+    size), and exactly K-mean + 3 Triton launches per call. Actual launch latency and timing still have to be
+    measured on a GPU (``benchmarks/bench_sparse_attention.py``)."""
+    q, k, v = _clustered(2, 1, 32, 48, 32)
+    per_head = {"sim_threshold": torch.tensor([0.1, 0.2]), "pv_threshold": torch.tensor([3.0, 4.0]),
+                "cdf_threshold": None, "topk": torch.tensor([0.5, 1.0])}  # fmt: skip
+    per_head = {n: x.to(TRITON_DEVICE) if x is not None else x for n, x in per_head.items()}
+    calls = {
+        "floats, causal": lambda: sparge_attention(
+            q, k, v, is_causal=True, block_q=16, block_k=16, backend="triton"
+        ),
+        "per-head tensors": lambda: sparge_attention(
+            q, k, v, block_q=16, block_k=16, backend="triton", **per_head
+        ),
+    }
+    for name, call in calls.items():
+        ops, launches = _record(call)
+        assert launches == ["_qk_stats_kernel", "_select_lut_kernel", "_sparge_fwd_kernel"], name
+        assert ops == ["mean"], (name, ops)  # the K mean for smoothing is the only torch kernel
+    mask = torch.ones(1, 2, 2, 3, dtype=torch.bool, device=TRITON_DEVICE)
+    ops, launches = _record(
+        lambda: block_sparse_attention(
+            q, k, v, mask, is_causal=True, pv_threshold=5.0, block_q=16, block_k=16, backend="triton"
+        )
+    )
+    assert launches == ["_mask_to_lut_kernel", "_qk_stats_kernel", "_sparge_fwd_kernel"] and ops == ["mean"]
+    ops, launches = _record(lambda: predict_block_mask(q, k, block_q=16, block_k=16, backend="triton"))
+    assert launches == ["_qk_stats_kernel", "_select_lut_kernel"] and ops == ["mean"]
+    # The recorder does see a sync when there is one: the reference path (and return_stats) read counts back.
+    ops, _ = _record(lambda: sparge_attention(q, k, v, block_q=16, block_k=16, backend="reference"))
+    assert "_local_scalar_dense" in ops
+    ops, _ = _record(
+        lambda: sparge_attention(q, k, v, block_q=16, block_k=16, backend="triton", return_stats=True)
+    )
+    assert "_local_scalar_dense" in ops and "nonzero" not in ops
+
+
+@needs_triton
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", [80, 90])
+def test_triton_kernels_compile_for_gpu_targets(arch):
+    """Every kernel variant lowers to a cubin for sm_80 / sm_90 (the interpreter is more permissive than
+    the compiler); runs on CPU in a subprocess without TRITON_INTERPRET."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        f"from icml25.kernels.sparse_attention import triton as t; print(len(t.compile_for_target({arch})))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-1] == "9"

@@ -172,6 +172,11 @@ def test_hf_tune_mode_then_sparse(tiny_llama):
         sum(s.sparsity for s in ctrl.stats.values()) / 2
     )
     assert relative_l1(out, ref) < 0.1
+    # Serving without statistics (no device->host read per call) gives the same logits and records nothing.
+    ctrl.collect_stats, ctrl.stats = False, {}
+    torch.testing.assert_close(model(ids).logits, out, atol=0, rtol=0)
+    assert ctrl.stats == {} and ctrl.sparsity() == 0.0
+    ctrl.collect_stats = True
     # save and reload the tuned parameters
     fresh = SpargeController()
     fresh.load_state_dict(json.loads(json.dumps(ctrl.state_dict())))

@@ -5,14 +5,17 @@ Block-sparse INT8 flash attention with training-free two-stage sparsity (Zhang e
 * :func:`predict_block_mask` — stage 1: which (Q-block, K-block) tiles to compute, from pooled blocks,
   cumulative-mass (``cdf_threshold`` τ) or ``topk`` selection, and the self-similarity judge (θ).
 * :func:`block_sparse_attention` — stage 2 for a given block mask: flash attention over the active tiles
-  only, Q/K INT8 per block (K mean-smoothed), exp2 online softmax, λ skip of negligible PV products.
+  only, INT8 Q (one scale per warp of rows, or per block) and K (mean-smoothed, one scale per block),
+  exp2 online softmax, λ skip of negligible PV products.
 * :func:`sparge_attention` — both stages; optionally returns :class:`SpargeStats`.
 
 Inputs are ``q [B, H, Lq, d]``, ``k, v [B, Hkv, Lk, d]`` (``layout="HND"``) or ``[B, L, H, d]``
 (``layout="NHD"``); ``H % Hkv == 0`` (GQA). Hyper-parameters θ, τ, topk, λ are floats or per-head ``[H]``
 tensors. λ (``pv_threshold``) is in log2 units; ``None``/``inf`` disables the skip. Inference only (no
 autograd). Dispatch: Triton for CUDA tensors, the PyTorch reference otherwise (see
-:func:`icml25.kernels.select_backend`).
+:func:`icml25.kernels.select_backend`). The Triton path never reads a device value on the host (no
+``.item()``/``bool(tensor)``/``nonzero``) unless ``return_stats=True``: one ``sparge_attention`` call is the
+torch mean of K plus three Triton launches (see ``triton.py``).
 """
 
 from __future__ import annotations
@@ -69,6 +72,9 @@ class SpargeStats:
 
 
 # --------------------------------------------------------------------------------------------- checks
+# Everything here reads only shapes, dtypes, devices and host values, except the value checks marked
+# "reference path": reading a device tensor's values would synchronise the host with the GPU, so the Triton
+# path skips them (NaN/Inf inputs, out-of-range per-head tensors already on the device).
 
 
 def _check_tensor(name: str, x: object) -> torch.Tensor:
@@ -80,9 +86,16 @@ def _check_tensor(name: str, x: object) -> torch.Tensor:
         )
     if not x.is_floating_point():
         raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
-    if not bool(torch.isfinite(x).all()):
-        raise ValueError(f"{name} must be finite, got NaN or Inf entries")
     return x
+
+
+def _check_finite(backend: str, **tensors: torch.Tensor) -> None:
+    """NaN/Inf check — reference path only (on the Triton path it would cost a device sync per call)."""
+    if backend != "reference":
+        return
+    for name, x in tensors.items():
+        if not bool(torch.isfinite(x).all()):
+            raise ValueError(f"{name} must be finite, got NaN or Inf entries")
 
 
 def _to_hnd(layout: str, *xs: torch.Tensor) -> list[torch.Tensor]:
@@ -141,8 +154,16 @@ def _check_min_length(q: torch.Tensor, block_q: int) -> None:
         )
 
 
-def _check_hyper(name: str, value: object, num_heads: int, device: torch.device, *, low: float, high: float,
-                 low_open: bool = False) -> torch.Tensor:  # fmt: skip
+Hyper = float | torch.Tensor  # a validated hyper-parameter: a host float or an fp32 [H] tensor on the device
+
+
+def _check_hyper(name: str, value: object, num_heads: int, device: torch.device, backend: str, *, low: float,
+                 high: float, low_open: bool = False) -> Hyper:  # fmt: skip
+    """A float stays a host float (checked for free); a per-head tensor becomes fp32 ``[H]`` on ``device``.
+
+    A tensor's values are checked on the reference path, or when it must be copied to ``device`` anyway;
+    a tensor already on the device of a Triton call is used unchecked (reading it would sync).
+    """
     if isinstance(value, bool) or not isinstance(value, (int, float, torch.Tensor)):
         raise TypeError(
             f"{name} must be a float or a per-head tensor of length H={num_heads}, got {type(value).__name__}"
@@ -151,33 +172,38 @@ def _check_hyper(name: str, value: object, num_heads: int, device: torch.device,
         raise ValueError(
             f"{name} must be a float or a per-head tensor of length H={num_heads}, got shape {tuple(value.shape)}"
         )
-    t = reference.per_head(value, num_heads, device)
-    bad = torch.isnan(t) | (t <= low if low_open else t < low) | (t > high)
-    if bool(bad.any()):
-        interval = f"{'(' if low_open else '['}{low}, {high}]"
-        raise ValueError(f"{name} must lie in {interval}, got {t.tolist()}")
-    return t
+    interval = f"{'(' if low_open else '['}{low}, {high}]"
+    if not isinstance(value, torch.Tensor):
+        v = float(value)
+        if math.isnan(v) or (v <= low if low_open else v < low) or v > high:
+            raise ValueError(f"{name} must lie in {interval}, got {v}")
+        return v
+    t = value.float().reshape(-1)
+    if backend == "reference" or t.device != device:
+        bad = torch.isnan(t) | (t <= low if low_open else t < low) | (t > high)
+        if bool(bad.any()):
+            raise ValueError(f"{name} must lie in {interval}, got {t.tolist()}")
+    return t.to(device).expand(num_heads).contiguous()
 
 
 def _selection(
-    topk: object, cdf_threshold: object, num_heads: int, device: torch.device
-) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    topk: object, cdf_threshold: object, num_heads: int, device: torch.device, backend: str
+) -> tuple[Hyper | None, Hyper | None]:
     if (topk is None) == (cdf_threshold is None):
         raise ValueError(
             "pass exactly one of topk and cdf_threshold (set cdf_threshold=None to use topk), got "
             f"topk={topk!r}, cdf_threshold={cdf_threshold!r}"
         )
+    kw = {"low": 0.0, "high": 1.0, "low_open": True}
     if topk is not None:
-        return _check_hyper("topk", topk, num_heads, device, low=0.0, high=1.0, low_open=True), None
-    return None, _check_hyper(
-        "cdf_threshold", cdf_threshold, num_heads, device, low=0.0, high=1.0, low_open=True
-    )
+        return _check_hyper("topk", topk, num_heads, device, backend, **kw), None
+    return None, _check_hyper("cdf_threshold", cdf_threshold, num_heads, device, backend, **kw)
 
 
-def _pv_lambda(pv_threshold: object, num_heads: int, device: torch.device) -> torch.Tensor:
+def _pv_lambda(pv_threshold: object, num_heads: int, device: torch.device, backend: str) -> Hyper | None:
     if pv_threshold is None:
-        return torch.full((num_heads,), math.inf, device=device)
-    return _check_hyper("pv_threshold", pv_threshold, num_heads, device, low=0.0, high=math.inf)
+        return None
+    return _check_hyper("pv_threshold", pv_threshold, num_heads, device, backend, low=0.0, high=math.inf)
 
 
 def _scale(scale: float | None, d: int) -> float:
@@ -193,29 +219,72 @@ def _scale(scale: float | None, d: int) -> float:
     return float(scale)
 
 
-def _impl(backend: str):  # the module providing block_stats / sparse_flash_forward
-    if backend == "triton":
-        from icml25.kernels.sparse_attention import triton as triton_impl
+def _per_head(value: Hyper | None, num_heads: int, device: torch.device) -> torch.Tensor | None:
+    """The reference path's form of a hyper-parameter: an fp32 ``[H]`` tensor (``None`` stays ``None``)."""
+    return None if value is None else reference.per_head(value, num_heads, device)
 
-        return triton_impl
-    return reference
+
+def _triton():
+    from icml25.kernels.sparse_attention import triton as triton_impl  # lazy: triton is optional
+
+    return triton_impl
 
 
 # ---------------------------------------------------------------------------------------------- ops
+# Each step below is one Triton launch on the Triton path (plus the torch mean of K), and plain PyTorch
+# (reference.py) otherwise.
 
 
-def _stats_pass(q, k, *, impl, scale, quantize, smooth_k, block_q, block_k):
-    """One block-statistics pass over Q and K: pooled means, self-similarities and (optionally) INT8."""
-    k_mean = k.float().mean(dim=-2) if smooth_k else None
-    q_stats = impl.block_stats(q, block_q, quant_scale=scale * reference.LOG2E if quantize else None)
-    k_stats = impl.block_stats(k, block_k, mean=k_mean, quant_scale=1.0 if quantize else None)
-    return q_stats, k_stats
+def _stats_pass(q, k, *, backend, scale, quantize, smooth_k, q_group, block_q, block_k):
+    """Block statistics of Q and K (pooled means, self-similarities) and, optionally, their INT8 form."""
+    k_mean = k.mean(dim=-2, dtype=torch.float32) if smooth_k else None
+    q_mult = scale * reference.LOG2E
+    if backend == "triton":
+        return _triton().qk_block_stats(
+            q, k, k_mean, q_mult=q_mult, quantize=quantize, q_group=q_group, block_q=block_q, block_k=block_k
+        ), k_mean  # fmt: skip
+    q_stats = reference.block_stats(q, block_q, quant_scale=q_mult if quantize else None, quant_group=q_group)
+    k_stats = reference.block_stats(k, block_k, mean=k_mean, quant_scale=1.0 if quantize else None)
+    return (q_stats, k_stats), k_mean
 
 
-def _select(q_stats, k_stats, *, is_causal, scale, topk, cdf, theta, attention_sink, block_q, block_k):
-    return reference.select_blocks(
-        q_stats[0], q_stats[1], k_stats[0], k_stats[1], scale=scale, sim_threshold=theta, cdf_threshold=cdf,
-        topk=topk, is_causal=is_causal, attention_sink=attention_sink, block_q=block_q, block_k=block_k,
+def _select_lut(q_stats, k_stats, *, backend, num_heads, is_causal, scale, topk, cdf, theta, attention_sink,
+                block_q, block_k):  # fmt: skip
+    """Stage 1: ``(block mask, lut, count)``."""
+    kw = {"scale": scale, "is_causal": is_causal, "attention_sink": attention_sink, "block_q": block_q,
+          "block_k": block_k}  # fmt: skip
+    if backend == "triton":
+        return _triton().select_lut(q_stats, k_stats, sim_threshold=theta, cdf_threshold=cdf, topk=topk, **kw)
+    dev = q_stats[0].device
+    mask = reference.select_blocks(
+        q_stats[0], q_stats[1], k_stats[0], k_stats[1], sim_threshold=_per_head(theta, num_heads, dev),
+        cdf_threshold=_per_head(cdf, num_heads, dev), topk=_per_head(topk, num_heads, dev), **kw,
+    )  # fmt: skip
+    return (mask, *mask_to_lut(mask))
+
+
+def _forward(q, k, v, operands, lut, count, *, backend, is_causal, lam, block_q, block_k):
+    """Stage 2 over the LUT: ``(o [B, H, Lq, d], skipped [B, H, nq])``."""
+    kw = {
+        "lq": q.shape[-2],
+        "lk": k.shape[-2],
+        "is_causal": is_causal,
+        "block_q": block_q,
+        "block_k": block_k,
+    }
+    if backend == "triton":
+        return _triton().sparse_flash_forward(*operands, v, lut, count, pv_threshold=lam, **kw)
+    lam_t = _per_head(math.inf if lam is None else lam, q.shape[1], q.device)
+    return reference.sparse_flash_forward(*operands, v, lut, count, pv_threshold=lam_t, **kw)
+
+
+def _operands(q, k, stats, k_mean, *, quantize_qk, scale, block_q, block_k):
+    """The forward kernel's Q/K operands: the INT8 ones of the stats pass, or full-precision floats."""
+    if quantize_qk:
+        return stats[0][2], stats[0][3], stats[1][2], stats[1][3]
+    return reference.quantize_qk(
+        q, k, scale=scale, smooth_k=k_mean is not None, quantize=False, block_q=block_q, block_k=block_k,
+        k_mean=k_mean,
     )  # fmt: skip
 
 
@@ -258,56 +327,28 @@ def predict_block_mask(
     chosen = select_backend(q, k, backend=backend)
     _check_blocks(block_q, block_k, chosen, q.shape[-1])
     _check_min_length(q, block_q)
+    _check_finite(chosen, q=q, k=k)
     H, dev = q.shape[1], q.device
-    topk_t, cdf_t = _selection(topk, cdf_threshold, H, dev)
-    theta = _check_hyper("sim_threshold", sim_threshold, H, dev, low=-math.inf, high=math.inf)
+    topk_h, cdf_h = _selection(topk, cdf_threshold, H, dev, chosen)
+    theta = _check_hyper("sim_threshold", sim_threshold, H, dev, chosen, low=-math.inf, high=math.inf)
     sc = _scale(scale, q.shape[-1])
-    q_stats, k_stats = _stats_pass(
-        q,
-        k,
-        impl=_impl(chosen),
-        scale=sc,
-        quantize=False,
-        smooth_k=smooth_k,
-        block_q=block_q,
+    (q_stats, k_stats), _ = _stats_pass(
+        q, k, backend=chosen, scale=sc, quantize=False, smooth_k=smooth_k, q_group=block_q, block_q=block_q,
         block_k=block_k,
-    )
-    return _select(
-        q_stats, k_stats, is_causal=bool(is_causal), scale=sc, topk=topk_t, cdf=cdf_t, theta=theta,
-        attention_sink=attention_sink, block_q=block_q, block_k=block_k,
     )  # fmt: skip
-
-
-def _run_sparse(
-    q, k, v, mask, *, impl, is_causal, scale, lam, quantize_qk, smooth_k, block_q, block_k, operands=None
-):
-    """Stage 2 given a block mask; ``operands`` reuses the INT8 Q/K of an earlier stats pass."""
-    if is_causal:
-        nq, nk = mask.shape[-2:]
-        mask = mask & causal_block_valid(nq, nk, block_q, block_k, mask.device)
-    if operands is None and quantize_qk:
-        q_stats, k_stats = _stats_pass(
-            q, k, impl=impl, scale=scale, quantize=True, smooth_k=smooth_k, block_q=block_q, block_k=block_k
-        )
-        operands = (q_stats[2], q_stats[3], k_stats[2], k_stats[3])
-    elif operands is None:
-        operands = reference.quantize_qk(
-            q, k, scale=scale, smooth_k=smooth_k, quantize=False, block_q=block_q, block_k=block_k
-        )
-    q_op, q_s, k_op, k_s = operands
-    lut, count = mask_to_lut(mask)
-    o, skipped = impl.sparse_flash_forward(
-        q_op, q_s, k_op, k_s, v, lut, count, lq=q.shape[-2], lk=k.shape[-2], is_causal=is_causal,
-        pv_threshold=lam, block_q=block_q, block_k=block_k,
+    mask, _, _ = _select_lut(
+        q_stats, k_stats, backend=chosen, num_heads=H, is_causal=bool(is_causal), scale=sc, topk=topk_h,
+        cdf=cdf_h, theta=theta, attention_sink=attention_sink, block_q=block_q, block_k=block_k,
     )  # fmt: skip
-    return o, mask, count, skipped
+    return mask
 
 
 def _stats(mask, count, skipped, *, is_causal, block_q, block_k) -> SpargeStats:
+    """Host-side summary (reads device counts: the only synchronising step, and only with return_stats)."""
     B, H, nq, nk = mask.shape
     valid_per_head = nq * nk
     if is_causal:
-        valid_per_head = int(causal_block_valid(nq, nk, block_q, block_k, mask.device).sum())
+        valid_per_head = int(causal_block_valid(nq, nk, block_q, block_k, "cpu").sum())
     kept_h = mask.sum(dim=(0, 2, 3)).double()
     kept, valid, skipped_n = int(kept_h.sum()), B * H * valid_per_head, int(skipped.sum())
     return SpargeStats(
@@ -330,6 +371,7 @@ def block_sparse_attention(
     scale: float | None = None,
     pv_threshold: float | torch.Tensor | None = None,
     quantize_qk: bool = True,
+    qk_quant_gran: str = "per_warp",
     smooth_k: bool = True,
     layout: str = "HND",
     block_q: int = 128,
@@ -349,9 +391,11 @@ def block_sparse_attention(
         is_causal: top-left causal masking inside the tiles.
         scale: softmax scale (default ``1/√d``).
         pv_threshold: λ in log2 units (float or ``[H]``); ``None`` disables the PV skip.
-        quantize_qk: INT8 per-block Q/K (SageAttention) instead of full-precision QKᵀ.
+        quantize_qk: INT8 Q/K (SageAttention) instead of full-precision QKᵀ.
+        qk_quant_gran: ``"per_warp"`` (one Q scale per warp of rows, SageAttention's granularity) or
+            ``"per_block"`` (one per Q block, as the official SpargeAttn launch); K: one scale per block.
         smooth_k: subtract K's token mean per head (exact for softmax; improves INT8 accuracy).
-        return_stats: also return :class:`SpargeStats`.
+        return_stats: also return :class:`SpargeStats` (this reads counts back from the device).
 
     Returns:
         ``o`` shaped like ``q`` (same layout and dtype), or ``(o, stats)``.
@@ -360,7 +404,8 @@ def block_sparse_attention(
     v = _check_v(q, k, v, layout)
     chosen = select_backend(q, k, v, backend=backend)
     _check_blocks(block_q, block_k, chosen, q.shape[-1])
-    B, H = q.shape[:2]
+    B, H, d = q.shape[0], q.shape[1], q.shape[-1]
+    q_group = reference.q_quant_group(qk_quant_gran, block_q, d)
     expected = (B, H, num_blocks(q.shape[-2], block_q), num_blocks(k.shape[-2], block_k))
     if not isinstance(block_mask, torch.Tensor) or block_mask.dtype != torch.bool:
         got = block_mask.dtype if isinstance(block_mask, torch.Tensor) else type(block_mask).__name__
@@ -369,16 +414,37 @@ def block_sparse_attention(
         raise ValueError(
             f"block_mask must have shape [B, H, nq, nk] = {expected}, got {tuple(block_mask.shape)}"
         )
-    lam = _pv_lambda(pv_threshold, H, q.device)
-    o, mask, count, skipped = _run_sparse(
-        q, k, v, block_mask.to(q.device), impl=_impl(chosen), is_causal=bool(is_causal),
-        scale=_scale(scale, q.shape[-1]), lam=lam, quantize_qk=quantize_qk, smooth_k=smooth_k,
-        block_q=block_q, block_k=block_k,
+    _check_finite(chosen, q=q, k=k, v=v)
+    lam = _pv_lambda(pv_threshold, H, q.device, chosen)
+    sc, causal = _scale(scale, d), bool(is_causal)
+    block_mask = block_mask.to(q.device)
+    if chosen == "triton":
+        mask, lut, count = _triton().mask_to_lut(
+            block_mask, is_causal=causal, block_q=block_q, block_k=block_k
+        )
+    else:
+        nq, nk = expected[2:]
+        mask = block_mask & causal_block_valid(nq, nk, block_q, block_k, q.device) if causal else block_mask
+        lut, count = mask_to_lut(mask)
+    stats, k_mean = (None, None), None
+    if quantize_qk:
+        stats, k_mean = _stats_pass(
+            q, k, backend=chosen, scale=sc, quantize=True, smooth_k=smooth_k, q_group=q_group, block_q=block_q,
+            block_k=block_k,
+        )  # fmt: skip
+    elif smooth_k:
+        k_mean = k.mean(dim=-2, dtype=torch.float32)
+    operands = _operands(
+        q, k, stats, k_mean, quantize_qk=quantize_qk, scale=sc, block_q=block_q, block_k=block_k
+    )
+    o, skipped = _forward(
+        q, k, v, operands, lut, count, backend=chosen, is_causal=causal, lam=lam, block_q=block_q,
+        block_k=block_k,
     )  # fmt: skip
     (o,) = _to_hnd(layout, o)
     if not return_stats:
         return o
-    return o, _stats(mask, count, skipped, is_causal=bool(is_causal), block_q=block_q, block_k=block_k)
+    return o, _stats(mask, count, skipped, is_causal=causal, block_q=block_q, block_k=block_k)
 
 
 def sparge_attention(
@@ -393,6 +459,7 @@ def sparge_attention(
     sim_threshold: float | torch.Tensor = 0.6,
     pv_threshold: float | torch.Tensor | None = 50.0,
     quantize_qk: bool = True,
+    qk_quant_gran: str = "per_warp",
     smooth_k: bool = True,
     attention_sink: bool = False,
     layout: str = "HND",
@@ -404,13 +471,18 @@ def sparge_attention(
 ) -> torch.Tensor | tuple[torch.Tensor, SpargeStats]:
     """SpargeAttn: stage-1 block mask prediction, then sparse INT8 flash attention with the λ skip.
 
+    On the Triton backend one call is four launches (K mean, Q/K statistics + INT8, stage 1 + LUT, sparse
+    forward) and never synchronises with the host unless ``return_stats=True``; the NaN/Inf input check
+    and the value check of per-head tensors already on the GPU run on the reference backend only.
+
     Args:
         q: ``[B, H, Lq, d]`` queries (``layout="NHD"``: ``[B, Lq, H, d]``), ``Lq >= block_q``.
         k, v: ``[B, Hkv, Lk, d]`` keys/values (``H % Hkv == 0``).
         is_causal, scale, topk, cdf_threshold, sim_threshold, smooth_k, attention_sink, layout,
             block_q, block_k, backend: as in :func:`predict_block_mask`.
         pv_threshold: λ (log2 units, float or ``[H]``); ``None`` disables the stage-2 skip.
-        quantize_qk: INT8 per-block Q/K; ``False`` computes QKᵀ in full precision.
+        quantize_qk: INT8 Q/K; ``False`` computes QKᵀ in full precision.
+        qk_quant_gran: ``"per_warp"`` or ``"per_block"`` Q scales (see :func:`block_sparse_attention`).
         return_stats: also return :class:`SpargeStats`.
         compute_l1: with ``return_stats``, fill ``stats.l1`` (relative L1 vs dense attention; costs a
             dense pass).
@@ -427,29 +499,34 @@ def sparge_attention(
     chosen = select_backend(q, k, v, backend=backend)
     _check_blocks(block_q, block_k, chosen, q.shape[-1])
     _check_min_length(q, block_q)
+    q_group = reference.q_quant_group(qk_quant_gran, block_q, q.shape[-1])
+    _check_finite(chosen, q=q, k=k, v=v)
     H, dev = q.shape[1], q.device
-    topk_t, cdf_t = _selection(topk, cdf_threshold, H, dev)
-    theta = _check_hyper("sim_threshold", sim_threshold, H, dev, low=-math.inf, high=math.inf)
-    lam = _pv_lambda(pv_threshold, H, dev)
-    sc, impl, causal = _scale(scale, q.shape[-1]), _impl(chosen), bool(is_causal)
+    topk_h, cdf_h = _selection(topk, cdf_threshold, H, dev, chosen)
+    theta = _check_hyper("sim_threshold", sim_threshold, H, dev, chosen, low=-math.inf, high=math.inf)
+    lam = _pv_lambda(pv_threshold, H, dev, chosen)
+    sc, causal = _scale(scale, q.shape[-1]), bool(is_causal)
     # One stats pass yields both the stage-1 statistics and the INT8 operands of stage 2.
-    q_stats, k_stats = _stats_pass(
-        q, k, impl=impl, scale=sc, quantize=quantize_qk, smooth_k=smooth_k, block_q=block_q, block_k=block_k
-    )
-    mask = _select(
-        q_stats, k_stats, is_causal=causal, scale=sc, topk=topk_t, cdf=cdf_t, theta=theta,
+    stats, k_mean = _stats_pass(
+        q, k, backend=chosen, scale=sc, quantize=quantize_qk, smooth_k=smooth_k, q_group=q_group,
+        block_q=block_q, block_k=block_k,
+    )  # fmt: skip
+    mask, lut, count = _select_lut(
+        *stats, backend=chosen, num_heads=H, is_causal=causal, scale=sc, topk=topk_h, cdf=cdf_h, theta=theta,
         attention_sink=attention_sink, block_q=block_q, block_k=block_k,
     )  # fmt: skip
-    operands = (q_stats[2], q_stats[3], k_stats[2], k_stats[3]) if quantize_qk else None
-    o, mask, count, skipped = _run_sparse(
-        q, k, v, mask, impl=impl, is_causal=causal, scale=sc, lam=lam, quantize_qk=quantize_qk,
-        smooth_k=smooth_k, block_q=block_q, block_k=block_k, operands=operands,
+    operands = _operands(
+        q, k, stats, k_mean, quantize_qk=quantize_qk, scale=sc, block_q=block_q, block_k=block_k
+    )
+    o, skipped = _forward(
+        q, k, v, operands, lut, count, backend=chosen, is_causal=causal, lam=lam, block_q=block_q,
+        block_k=block_k,
     )  # fmt: skip
     if not return_stats:
         (o,) = _to_hnd(layout, o)
         return o
-    stats = _stats(mask, count, skipped, is_causal=causal, block_q=block_q, block_k=block_k)
+    st = _stats(mask, count, skipped, is_causal=causal, block_q=block_q, block_k=block_k)
     if compute_l1:
-        stats.l1 = relative_l1(o, dense_attention_reference(q, k, v, is_causal=causal, scale=sc))
+        st.l1 = relative_l1(o, dense_attention_reference(q, k, v, is_causal=causal, scale=sc))
     (o,) = _to_hnd(layout, o)
-    return o, stats
+    return o, st

@@ -11,8 +11,10 @@ rows; ``nq = ceil(Lq / block_q)``, ``nk = ceil(Lk / block_k)``; the last block o
 The pipeline:
 
 1. :func:`block_stats` — per block: pooled mean, self-similarity ``‖Σ x̂_i‖² / n²`` (the mean pairwise
-   cosine of its rows), and optionally the INT8 values with one fp32 scale per block (SageAttention
-   per-block quantization; K has its per-head token mean subtracted first, which softmax ignores).
+   cosine of its rows), and optionally the INT8 values with fp32 scales (SageAttention quantization: K has
+   its per-head token mean subtracted first, which softmax ignores, and one scale per K block; Q has one
+   scale per *warp* of rows — the rows one warp of the official CUDA kernel owns — or per block, see
+   :func:`q_quant_group`).
 2. :func:`select_blocks` — stage 1: the block mask from the pooled scores (cumulative-mass or top-k
    selection on a row-softmax over K blocks), the self-similarity judge (non-similar blocks are forced
    dense), causal block validity (plus, under ``is_causal``, the diagonal K blocks of each Q block — a
@@ -47,6 +49,24 @@ def _pad_to_blocks(x: torch.Tensor, block: int) -> torch.Tensor:
     return F.pad(x, (0, 0, 0, pad)) if pad else x
 
 
+QUANT_GRANULARITIES = ("per_warp", "per_block")
+
+
+def q_quant_group(granularity: str, block_q: int, d: int) -> int:
+    """Rows of Q that share one INT8 scale.
+
+    ``"per_block"``: the whole Q block (what the official SpargeAttn ``core.py`` launches, ``qk_quant_gran=1``).
+    ``"per_warp"``: the rows one warp of the official CUDA kernel owns (SageAttention's ``per_warp_int8``,
+    ``WARP_Q = 32`` for ``d <= 64`` and ``16`` otherwise); taken as ``gcd(block_q, WARP_Q)`` so the groups
+    always tile a block. K keeps one scale per K block in both cases (as officially).
+    """
+    if granularity not in QUANT_GRANULARITIES:
+        raise ValueError(f"qk_quant_gran must be one of {QUANT_GRANULARITIES}, got {granularity!r}")
+    if granularity == "per_block":
+        return block_q
+    return math.gcd(block_q, 32 if d <= 64 else 16)
+
+
 def quantize_int8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Symmetric INT8 quantization of each block ``x [..., n, d]`` with one scale for the whole block.
 
@@ -70,8 +90,9 @@ def block_stats(
     *,
     mean: torch.Tensor | None = None,
     quant_scale: float | None = None,
+    quant_group: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-    """Per-block statistics of ``x [B, H, L, d]`` (the reference of the Triton ``block_stats`` kernel).
+    """Per-block statistics of ``x [B, H, L, d]`` (the reference of the Triton stats kernels).
 
     Args:
         x: the tensor to cut into blocks of ``block`` tokens along dim -2.
@@ -79,11 +100,12 @@ def block_stats(
         mean: ``[B, H, d]`` subtracted from every token first (K smoothing), or ``None``.
         quant_scale: when not ``None``, also quantize ``quant_scale * (x - mean)`` to INT8 per block
             (for Q this is ``softmax_scale * log2(e)``, so the kernel works in log2 units).
+        quant_group: rows sharing one INT8 scale (a divisor of ``block``; default ``block``: per block).
 
     Returns:
         ``pooled [B, H, n, d]`` (mean of the block's real rows), ``selfsim [B, H, n]`` (mean pairwise
-        cosine of the real rows), and ``x_int8 [B, H, n*block, d]`` int8, ``scale [B, H, n]`` float32
-        (both ``None`` without ``quant_scale``).
+        cosine of the real rows), and ``x_int8 [B, H, n*block, d]`` int8, ``scale [B, H, n*block/quant_group]``
+        float32 (both ``None`` without ``quant_scale``).
     """
     B, H, L, d = x.shape
     n = num_blocks(L, block)
@@ -100,7 +122,10 @@ def block_stats(
     selfsim = unit.sum(dim=-2).pow(2).sum(dim=-1) / counts**2
     if quant_scale is None:
         return pooled, selfsim, None, None
-    x_int8, scale = quantize_int8(xb * quant_scale)
+    group = block if quant_group is None else quant_group
+    if block % group:
+        raise ValueError(f"quant_group must divide block={block}, got {group}")
+    x_int8, scale = quantize_int8((xb * quant_scale).view(B, H, n * block // group, group, d))
     return pooled, selfsim, x_int8.view(B, H, n * block, d), scale
 
 
@@ -171,7 +196,8 @@ def select_blocks(
     score = score.masked_fill(~candidate, _NEG_INF)
     # A row without any candidate is all -inf: its softmax is NaN; it selects nothing (probabilities 0).
     prob = torch.nan_to_num(score.softmax(dim=-1), nan=0.0)
-    sorted_prob, order = prob.sort(dim=-1, descending=True)
+    # Stable: equal probabilities rank by block index (the Triton stage-1 kernel breaks ties the same way).
+    sorted_prob, order = prob.sort(dim=-1, descending=True, stable=True)
     if cdf_threshold is not None:
         tau = cdf_threshold.view(1, H, 1)
         # searchsorted(cdf, τ, right=True) == #(cdf <= τ) since the cdf is non-decreasing.
@@ -231,7 +257,8 @@ def sparse_flash_forward(
     Args:
         q_op: ``[B, H, nq*block_q, d]`` Q already multiplied by ``softmax_scale * log2(e)`` — INT8 values
             when ``q_scale`` is given, else floats.
-        q_scale: ``[B, H, nq]`` per-block dequantization scales, or ``None``.
+        q_scale: ``[B, H, nq*block_q/g]`` dequantization scales of groups of ``g`` consecutive rows (``g``
+            inferred from the shape: ``block_q`` per block, the warp rows per warp), or ``None``.
         k_op: ``[B, Hkv, nk*block_k, d]`` (smoothed) K, INT8 when ``k_scale`` is given.
         k_scale: ``[B, Hkv, nk]`` or ``None``.
         v: ``[B, Hkv, Lk, d]``; P is cast to ``v.dtype`` before the PV product (fp32 accumulation).
@@ -249,7 +276,9 @@ def sparse_flash_forward(
     n_prog = B * H * nq
     # Flatten programs: program p = (b, h, i). Its K/V head is h // group.
     qb = q_op.float().reshape(n_prog, block_q, d)
-    qs = q_scale.reshape(n_prog) if q_scale is not None else torch.ones(n_prog, device=device)
+    qs = torch.ones(n_prog, block_q, device=device)
+    if q_scale is not None:  # one scale per group of rows -> one per row
+        qs = q_scale.repeat_interleave(lq_pad // q_scale.shape[-1], dim=-1).reshape(n_prog, block_q)
     kb = k_op.float().reshape(B * hkv * nk, block_k, d)
     ks = k_scale.reshape(-1) if k_scale is not None else torch.ones(B * hkv * nk, device=device)
     vb = _pad_to_blocks(v, block_k).float().reshape(B * hkv * nk, block_k, d)
@@ -274,7 +303,7 @@ def sparse_flash_forward(
         tile = _take(kv_base, p) + j
         k_t, v_t = kb.index_select(0, tile), vb.index_select(0, tile)
         s = torch.bmm(_take(qb, p), k_t.transpose(-1, -2))
-        s.mul_((_take(qs, p) * ks[tile])[:, None, None])  # dequantize: scores in log2 units
+        s.mul_(_take(qs, p)[:, :, None] * ks[tile][:, None, None])  # dequantize: scores in log2 units
         cols = j[:, None] * block_k + torch.arange(block_k, device=device)  # [p, block_k]
         allowed = (cols < lk)[:, None, :]
         if is_causal:  # only the diagonal tiles have any disallowed entry
@@ -327,16 +356,24 @@ def quantize_qk(
     quantize: bool,
     block_q: int,
     block_k: int,
+    q_group: int | None = None,
+    k_mean: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor | None]:
-    """The kernel operands: Q pre-scaled by ``scale·log2(e)``, K smoothed; INT8 per block or floats.
+    """The kernel operands: Q pre-scaled by ``scale·log2(e)``, K smoothed; INT8 or floats.
+
+    ``q_group`` rows of Q share one scale (default: per block); K has one scale per block. ``k_mean``
+    (``[B, Hkv, d]``) reuses an already computed token mean of K for the smoothing.
 
     Returns:
-        ``(q_op [B,H,nq*block_q,d], q_scale [B,H,nq] | None, k_op [B,Hkv,nk*block_k,d], k_scale | None)``.
+        ``(q_op [B,H,nq*block_q,d], q_scale [B,H,nq*block_q/q_group] | None, k_op [B,Hkv,nk*block_k,d],
+        k_scale [B,Hkv,nk] | None)``.
     """
-    k_mean = k.float().mean(dim=-2) if smooth_k else None
+    if smooth_k and k_mean is None:
+        k_mean = k.mean(dim=-2, dtype=torch.float32)
+    k_mean = k_mean if smooth_k else None
     c = scale * LOG2E
     if quantize:
-        _, _, q_op, q_s = block_stats(q, block_q, quant_scale=c)
+        _, _, q_op, q_s = block_stats(q, block_q, quant_scale=c, quant_group=q_group)
         _, _, k_op, k_s = block_stats(k, block_k, mean=k_mean, quant_scale=1.0)
         return q_op, q_s, k_op, k_s
     q_op = _pad_to_blocks(q.float() * c, block_q)

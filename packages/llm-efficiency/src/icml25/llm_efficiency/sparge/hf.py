@@ -49,6 +49,8 @@ class SpargeController:
             (official plug-and-play CDF API: τ=0.98, θ=0.6; λ=50 almost never skips).
         block_q, block_k, quantize_qk, smooth_k, backend: passed to the op.
         tuner_kwargs: keyword arguments of :class:`SpargeTuner` used in tune mode.
+        collect_stats: record :class:`SpargeStats` of every sparse call (for :meth:`sparsity`); this reads
+            counts back from the device, i.e. one host sync per call on a GPU — pass ``False`` to serve.
     """
 
     def __init__(
@@ -64,6 +66,7 @@ class SpargeController:
         smooth_k: bool = True,
         backend: str | None = None,
         tuner_kwargs: dict[str, Any] | None = None,
+        collect_stats: bool = True,
     ) -> None:
         self.defaults: dict[str, Any] = {
             "cdf_threshold": cdf_threshold, "topk": topk, "sim_threshold": sim_threshold,
@@ -80,6 +83,9 @@ class SpargeController:
         self.tuners: dict[int, SpargeTuner] = {}
         self.stats: dict[int, SpargeStats] = {}  # last sparse call of each layer
         self.dense_calls = 0  # calls that fell back to dense attention
+        self.collect_stats = bool(collect_stats)
+        # Per-head parameters copied to the device once per (layer, device) and parameter object.
+        self._on_device: dict[tuple[int, torch.device], tuple[SpargeHeadParams, dict[str, Any]]] = {}
 
     # ---------------------------------------------------------------------------------------- modes
 
@@ -98,6 +104,7 @@ class SpargeController:
         """Install every tuner's current result as its layer's parameters."""
         for layer, tuner in self.tuners.items():
             self.params[layer] = tuner.result()
+        self._on_device.clear()
 
     def set_mode(self, mode: str) -> None:
         """``"sparse"`` (default), ``"tune"`` or ``"dense"`` (always fall back; for A/B comparisons)."""
@@ -124,6 +131,7 @@ class SpargeController:
                 f"state must be a SpargeController.state_dict() with a 'params' dict, got {state!r:.80}"
             )
         self.params = {int(layer): SpargeHeadParams.from_dict(p) for layer, p in state["params"].items()}
+        self._on_device.clear()
 
     # ---------------------------------------------------------------------------- attention function
 
@@ -166,20 +174,31 @@ class SpargeController:
             return dense_fn(
                 module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
             )
-        params = self.params.get(layer)
-        hyper = dict(self.defaults) if params is None else {**params.kwargs(), "topk": None}
-        out, stats = sparge_attention(
+        hyper = self._hyper(layer, query.device)
+        out = sparge_attention(
             query,
             key,
             value,
             is_causal=is_causal,
             scale=scaling,
-            return_stats=True,
+            return_stats=self.collect_stats,
             **hyper,
             **self.op_kwargs,
         )
-        self.stats[layer] = stats
+        if self.collect_stats:
+            out, self.stats[layer] = out
         return out.transpose(1, 2).contiguous(), None
+
+    def _hyper(self, layer: int, device: torch.device) -> dict[str, Any]:
+        """The layer's hyper-parameters; tuned per-head tensors are moved to ``device`` once, not per call."""
+        params = self.params.get(layer)
+        if params is None:
+            return dict(self.defaults)
+        cached = self._on_device.get((layer, device))
+        if cached is None or cached[0] is not params:
+            moved = {n: t.to(device) for n, t in params.kwargs().items()} | {"topk": None}
+            cached = self._on_device[(layer, device)] = (params, moved)
+        return cached[1]
 
 
 def register_sparge_attention(
