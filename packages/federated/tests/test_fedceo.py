@@ -27,12 +27,14 @@ from icml25.federated import (
     load_federated_digits,
     make_mlp,
     matricize,
+    noise_threshold,
     privatize_update,
     svt,
     tau_schedule,
     tsvt,
 )
 from icml25.federated.dp import dp_sgd_gradients, rdp_subsampled_gaussian, rdp_to_epsilon
+from icml25.federated.training import client_update, upload_noise_std
 
 torch.set_num_threads(1)
 
@@ -181,6 +183,86 @@ def test_exclude_pattern_leaves_biases_unsmoothed() -> None:
     assert all(torch.equal(s["0.bias"], o["0.bias"]) for s, o in zip(smoothed, states))
     assert torch.allclose(glob["0.bias"], torch.stack([s["0.bias"] for s in states]).mean(0))
     assert not torch.allclose(glob["0.weight"], torch.stack([s["0.weight"] for s in states]).mean(0))
+
+
+# ------------------------------------------------------------------------ noise-calibrated threshold
+
+
+def test_noise_threshold_is_the_spectral_norm_of_every_fourier_slice_of_stacked_noise() -> None:
+    s, m, n1, n2 = 0.7, 8, 60, 40
+    edge = noise_threshold(s, m, (n1, n2))
+    assert edge == pytest.approx(s * math.sqrt(m) * (math.sqrt(n1) + math.sqrt(n2)))
+    x = s * _rand((n1, n2, m), 7)
+    top = torch.linalg.matrix_norm(torch.fft.rfft(x, dim=-1).permute(2, 0, 1), ord=2)  # [m//2+1]
+    # Bai-Yin edge, real (f = 0, m/2) and complex slices alike; finite-size fluctuations are a few %
+    assert torch.allclose(top, torch.full_like(top, edge), rtol=0.08), (top / edge).tolist()
+    # thresholding there removes pure noise almost entirely (zero frequency = the client mean)
+    assert float(tsvt(x, 1.1 * edge).norm()) < 0.05 * float(x.norm())
+    assert float(tsvt(x, 1.1 * edge).mean(-1).norm()) < 0.05 * float(x.mean(-1).norm())
+
+
+def test_noise_calibrated_thresholds_per_parameter_and_per_key_smoothing() -> None:
+    cfg = FedCEOConfig(lam=0.25, theta=1.5, interval=2, noise_std=0.3, exclude=("*.bias",))
+    template = {"0.weight": torch.zeros(7, 5), "0.bias": torch.zeros(7), "conv": torch.zeros(6, 3, 2, 2)}
+    taus = cfg.thresholds(3, template, m=4)  # second smoothing: ϑ² / (2λ) = 2·2.25
+    assert set(taus) == {"0.weight", "conv"}
+    assert taus["0.weight"] == pytest.approx(4.5 * noise_threshold(0.3, 4, (5, 7)))
+    assert taus["conv"] == pytest.approx(4.5 * noise_threshold(0.3, 4, (12, 6)))
+    # without a noise level: the official absolute threshold, equal for every parameter
+    assert FedCEOConfig(lam=0.25, theta=1.5, interval=2).thresholds(3, template, 4)["conv"] == 4.5
+    states = [{"a": _rand((5, 4), i), "b": _rand((3, 3), 10 + i)} for i in range(4)]
+    smoothed, _ = fedceo_smooth(states, {"a": 0.9, "b": 0.0})
+    stack = torch.stack([matricize(st["a"])[0] for st in states], -1)
+    expected = matricize(states[0]["a"])[1](tsvt(stack, 0.9).permute(2, 0, 1))
+    for i in range(4):
+        assert torch.allclose(smoothed[i]["a"], expected[i], atol=1e-12)
+        assert torch.equal(smoothed[i]["b"], states[i]["b"])  # τ = 0: copied bit for bit
+
+
+def test_without_dp_fedceo_is_exactly_fedavg() -> None:
+    """τ is tied to the upload noise: DP off ⇒ noise 0 ⇒ every τ = 0, no restart ⇒ bitwise FedAvg."""
+    data = load_federated_digits(6, seed=0)
+    train = LocalTrainConfig(epochs=1, batch_size=32)
+    nodp = DPConfig("none")
+    cfg = FedCEOConfig(lam=0.5, interval=2, noise_std=upload_noise_std(nodp, train, 100))
+    assert cfg.noise_std == 0.0
+    kw = dict(clients_per_round=3, dp=nodp, seed=1, train=train)
+    avg, ceo = DPFedAvgServer(data, **kw), FedCEOServer(data, cfg, **kw)
+    for _ in range(5):
+        ga, gc = avg.run_round(), ceo.run_round()
+        assert all(torch.equal(ga[k], gc[k]) for k in ga)
+    assert ceo.history.smoothing_rounds.keys() == {1, 3}  # it did "smooth", with τ = 0
+    assert all(t == 0 for taus in ceo.history.layer_taus.values() for t in taus.values())
+    assert not ceo.aggregator.smoothed_clients  # nothing to restart from
+    assert avg.history.test_acc == ceo.history.test_acc
+
+
+def test_upload_noise_std_matches_the_noise_actually_uploaded() -> None:
+    assert upload_noise_std(DPConfig("user", 0.6, 0.5), LocalTrainConfig(), 50) == pytest.approx(0.3)
+    assert upload_noise_std(DPConfig("none"), LocalTrainConfig(), 50) == 0.0
+    # DP-SGD on inputs x = 0 through a bias-free ReLU MLP: every per-sample gradient is exactly 0,
+    # so the weights move by the injected noise only (lr, momentum, S = 10·64/16 = 40 steps).
+    train = LocalTrainConfig(epochs=10, lr=0.05, batch_size=16, momentum=0.5)
+    dp = DPConfig("sample", 2.0, 1.0)
+    model = make_mlp(40, 50, 10, bias=False)
+    start = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    x, y = torch.zeros(64, 40), torch.arange(64) % 10
+    res = client_update(model, start, x, y, train, dp, torch.Generator().manual_seed(0))
+    moved = torch.cat([(res.upload[k] - start[k]).flatten() for k in start])
+    assert res.steps == 40
+    assert float(moved.std()) == pytest.approx(upload_noise_std(dp, train, 64), rel=0.05)
+
+
+def test_restart_only_from_smoothed_slices() -> None:
+    agg = FedCEOAggregator(FedCEOConfig(lam=1.0, interval=2))
+    up = lambda i: {"w": _rand((3, 2), i)}  # noqa: E731
+    g0 = agg.aggregate(0, {1: up(1), 2: up(2)})
+    agg.aggregate(1, {2: up(3), 3: up(4)})  # smoothing round: clients 2 and 3 keep smoothed slices
+    g2 = agg.aggregate(2, {3: up(5), 4: up(6)})  # client 3's latest state is now a raw upload
+    assert agg.smoothed_clients == {2}
+    assert agg.start_state(4, 2, g2) is agg.personal_states[2]
+    assert agg.start_state(4, 3, g2) is g2  # official code: restarts from the stale raw upload
+    assert agg.start_state(4, 1, g0) is g0
 
 
 # ------------------------------------------------------------------------------------- schedule
@@ -351,6 +433,16 @@ def test_bad_inputs_raise_clear_errors() -> None:
         fedceo_smooth([{"w": torch.ones(2, 2)}], 0.1)
     with pytest.raises(ValueError, match="clients_per_round"):
         DPFedAvgServer(load_federated_digits(4, seed=0), clients_per_round=5)
+    with pytest.raises(ValueError, match="noise_std"):
+        FedCEOConfig(lam=1.0, noise_std=-0.1)
+    with pytest.raises(ValueError, match="noise_std"):
+        noise_threshold(math.inf, 2, (3, 3))
+    with pytest.raises(ValueError, match=r"missing \['v'\]"):
+        fedceo_smooth([{"w": torch.ones(2), "v": torch.ones(2)}] * 2, {"w": 1.0})
+    with pytest.raises(ValueError, match="tau must be"):
+        fedceo_smooth([{"w": torch.ones(2)}] * 2, {"w": -1.0})
+    with pytest.raises(ValueError, match="n_examples"):
+        upload_noise_std(DPConfig("user", 1.0), LocalTrainConfig(), 0)
 
 
 # --------------------------------------------------------------------------------- reproduction

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -90,7 +91,7 @@ def test_strategy_rounds_match_the_shared_aggregator_and_restart_personal_states
             sent = ndarrays_to_state(parameters_to_ndarrays(fit_ins.parameters), init)
             expected = mirror.start_state(t, proxy.cid, global_state)
             assert all(torch.equal(sent[k], expected[k]) for k in sent)
-            if t in (2, 4) and proxy.cid in mirror.personal_states:  # personalised restart
+            if t in (2, 4) and proxy.cid in mirror.smoothed_clients:  # personalised restart
                 assert not torch.equal(sent["0.weight"], global_state["0.weight"])
             arrays, n, metrics = clients[proxy.cid].fit(
                 parameters_to_ndarrays(fit_ins.parameters), fit_ins.config
@@ -106,6 +107,7 @@ def test_strategy_rounds_match_the_shared_aggregator_and_restart_personal_states
         assert metrics["epsilon"] > 0
         if metrics["smoothed"]:
             assert math.isclose(metrics["tau"], cfg.tau(t))
+            assert math.isclose(metrics["tau_max"], max(mirror.layer_taus[t].values()))
     assert strategy.aggregator.taus.keys() == mirror.taus.keys() == {1, 3}
 
 
@@ -127,12 +129,19 @@ def test_strategy_bad_and_empty_rounds() -> None:
 @pytest.mark.integration
 def test_flower_simulation_matches_plain_loop() -> None:
     """FedCEO in Flower's (Ray) simulation engine with 20 virtual clients vs the plain loop, same seeds."""
-    from icml25.federated.experiments.fedceo import CLIENTS_PER_ROUND, SIGMA, TRAIN, _model_fn, fedceo_tau0
+    from icml25.federated.experiments.fedceo import (
+        CLIENTS_PER_ROUND,
+        CLIP,
+        SIGMA,
+        TRAIN,
+        _model_fn,
+        fedceo_config,
+    )
 
     rounds = 10
     data = load_federated_digits(20, seed=0)
-    dp = DPConfig("user", SIGMA, 1.0)
-    cfg = FedCEOConfig.from_tau(fedceo_tau0(0.5), theta=1.04, interval=5)
+    dp = DPConfig("user", SIGMA, CLIP)
+    cfg = fedceo_config(0.5, dp, data)
     kw = dict(clients_per_round=CLIENTS_PER_ROUND, train=TRAIN, dp=dp, model_fn=_model_fn)
     plain = [FedCEOServer(data, cfg, seed=s, **kw).fit(rounds).test_acc[-1] for s in range(3)]
     # Ray gives its raylet a fixed 30 s to register with the GCS: on a heavily loaded machine the start fails.
@@ -156,13 +165,13 @@ def test_flower_grpc_server_with_real_clients_matches_plain_loop() -> None:
     from flwr.compat.server.app import start_server
     from flwr.server import ServerConfig
 
-    from icml25.federated.experiments.fedceo import TRAIN, _model_fn, fedceo_tau0
+    from icml25.federated.experiments.fedceo import CLIP, SIGMA, TRAIN, _model_fn, fedceo_config
     from icml25.federated.training import evaluate
 
     n, m, rounds = 10, 5, 6
     data = load_federated_digits(n, seed=0)
-    dp = DPConfig("user", 0.3, 1.0)
-    cfg = FedCEOConfig.from_tau(fedceo_tau0(0.5) * m / 10, theta=1.04, interval=3)
+    dp = DPConfig("user", SIGMA, CLIP)
+    cfg = dataclasses.replace(fedceo_config(0.5, dp, data), interval=3)
     plain = [
         FedCEOServer(data, cfg, clients_per_round=m, train=TRAIN, dp=dp, model_fn=_model_fn, seed=s)
         .fit(rounds)

@@ -14,12 +14,13 @@ from icml25.federated.fedceo import (
     FedCEOConfig,
     fedceo_smooth,
     matricize,
+    noise_threshold,
     svt,
     tau_schedule,
     tsvt,
 )
 from icml25.federated.server import DPFedAvgServer, FedCEOServer, FederatedServer, History
-from icml25.federated.training import LocalTrainConfig, make_mlp
+from icml25.federated.training import LocalTrainConfig, make_mlp, upload_noise_std
 
 __version__ = "0.1.0"
 
@@ -58,8 +59,10 @@ __all__ = [  # noqa: RUF022 (grouped by paper)
     "load_federated_digits",
     "make_mlp",
     "matricize",
+    "noise_threshold",
     "privatize_update",
     "svt",
     "tau_schedule",
     "tsvt",
+    "upload_noise_std",
 ]

@@ -16,9 +16,15 @@ of the client mean of ``X`` with threshold τ/m (the zero frequency is the mean 
 non-zero frequencies only change the personalised per-client slices, which clients restart from on
 rounds ``t % I == 0`` (optional, ``restart=True``).
 
+The official code uses one absolute threshold for every parameter. ``FedCEOConfig(noise_std=s)`` instead
+ties it to the upload noise: parameter-wise ``τ = ϑ^k/(2λ) · s√m(√n1 + √n2)``, the expected spectral
+norm of a Fourier slice of the stacked noise (:func:`noise_threshold`) times a dimensionless factor, so
+one λ fits every layer and noise level, and without DP (s = 0) FedCEO is exactly FedAvg.
+
 This module holds the algebra (:func:`tsvt`, :func:`matricize`, :func:`fedceo_smooth`,
-:func:`tau_schedule`) and :class:`FedCEOAggregator`, the server-side state machine shared by the
-plain-python loop (:mod:`icml25.federated.server`) and the Flower strategy (:mod:`icml25.federated.flower`).
+:func:`tau_schedule`, :func:`noise_threshold`) and :class:`FedCEOAggregator`, the server-side state
+machine shared by the plain-python loop (:mod:`icml25.federated.server`) and the Flower strategy
+(:mod:`icml25.federated.flower`).
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ __all__ = [
     "is_smoothing_round",
     "matricize",
     "mean_state",
+    "noise_threshold",
     "svt",
     "tau_schedule",
     "tsvt",
@@ -184,6 +191,50 @@ def _excluded(key: str, exclude: Iterable[str]) -> bool:
     return any(fnmatch.fnmatchcase(key, pat) for pat in exclude)
 
 
+def _per_key_tau(
+    tau: float | Mapping[str, float], template: Mapping[str, Tensor], exclude: tuple[str, ...]
+) -> dict[str, float]:
+    """``{key: τ}`` for the keys that are smoothed (float tensors not matching ``exclude``)."""
+    keys = [k for k, v in template.items() if v.is_floating_point() and not _excluded(k, exclude)]
+    if isinstance(tau, Mapping):
+        missing = [k for k in keys if k not in tau]
+        if missing:
+            raise ValueError(f"tau must give a threshold for every smoothed parameter, missing {missing}")
+        for k in keys:
+            _check_tau(tau[k])
+        return {k: float(tau[k]) for k in keys}
+    _check_tau(tau)
+    return {k: float(tau) for k in keys}
+
+
+def noise_threshold(noise_std: float, m: int, shape: tuple[int, int]) -> float:
+    """Expected spectral norm of one Fourier slice of stacked i.i.d. upload noise: ``s·√m·(√n1 + √n2)``.
+
+    If each of the m uploads carries i.i.d. N(0, s²) noise on a parameter matricised as ``[n1, n2]``,
+    every frequency slice of its FFT along the client axis is an ``n1 × n2`` Gaussian matrix with
+    ``E|entry|² = m·s²`` (real at frequency 0, complex elsewhere), whose largest singular value
+    concentrates at ``√(m s²)(√n1 + √n2)`` (Bai–Yin / Gordon). Soft-thresholding at this level removes
+    the noise's spectrum and keeps signal directions above it; at frequency 0 it is the matrix SVT of
+    the client mean at ``τ/m = s(√n1 + √n2)/√m``, the spectral norm of one round's mean noise.
+
+    Args:
+        noise_std: per-entry std s ≥ 0 of the noise in one upload (σ·C under user-level DP).
+        m: number of stacked clients ≥ 1.
+        shape: ``(n1, n2)`` of the matricised parameter (see :func:`matricize`).
+    """
+    if (
+        isinstance(noise_std, bool)
+        or not isinstance(noise_std, (int, float))
+        or not (noise_std >= 0 and math.isfinite(noise_std))
+    ):
+        raise ValueError(f"noise_std must be a finite number >= 0, got {noise_std!r}")
+    if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+        raise ValueError(f"m must be an int >= 1 (number of clients), got {m!r}")
+    if len(shape) != 2 or any(int(n) < 1 for n in shape):
+        raise ValueError(f"shape must be (n1, n2) with n1, n2 >= 1, got {tuple(shape)}")
+    return float(noise_std) * math.sqrt(m) * (math.sqrt(shape[0]) + math.sqrt(shape[1]))
+
+
 def mean_state(client_states: Sequence[Mapping[str, Tensor]]) -> State:
     """Unweighted client mean of every floating tensor; non-float buffers are taken from client 0.
 
@@ -202,7 +253,7 @@ def mean_state(client_states: Sequence[Mapping[str, Tensor]]) -> State:
 
 def fedceo_smooth(
     client_states: Sequence[Mapping[str, Tensor]],
-    tau: float,
+    tau: float | Mapping[str, float],
     *,
     exclude: Iterable[str] = (),
     convention: str = "fedceo",
@@ -211,13 +262,15 @@ def fedceo_smooth(
 
     For every floating-point entry of the state dicts, stack the m matricised copies into
     ``X [n1, n2, m]`` and replace them by ``tsvt(X, τ)``. Keys matching an ``exclude`` glob pattern
-    (e.g. ``"*.bias"``) and non-float buffers (e.g. BatchNorm's ``num_batches_tracked``) are left as
-    uploaded. The global model is the plain mean of the smoothed client states.
+    (e.g. ``"*.bias"``), keys whose threshold is 0 (``tsvt(X, 0) = X``: copied, so the result is
+    bit-identical to the uploads) and non-float buffers (e.g. BatchNorm's ``num_batches_tracked``)
+    are left as uploaded. The global model is the plain mean of the smoothed client states.
 
     Args:
         client_states: m dicts ``{name: tensor}`` with identical keys and shapes (m ≥ 1; with m = 1
             smoothing is matrix SVT).
-        tau: threshold ≥ 0.
+        tau: threshold ≥ 0 for every parameter (the official code), or ``{name: τ}`` per parameter
+            (e.g. from :meth:`FedCEOConfig.thresholds`); every smoothed float key must be present.
         exclude: glob patterns of keys not to smooth.
         convention: matricization, see :func:`matricize` (the result does not depend on it).
 
@@ -225,14 +278,14 @@ def fedceo_smooth(
         ``(smoothed per-client states, global mean state)``.
     """
     _validate_states(client_states)
-    _check_tau(tau)
     exclude = tuple(exclude)
+    taus = _per_key_tau(tau, client_states[0], exclude)
     m = len(client_states)
     if m < 2:
         warnings.warn("fedceo_smooth with a single client degenerates to matrix SVT", stacklevel=2)
     smoothed: list[State] = [{} for _ in range(m)]
-    for k, v0 in client_states[0].items():
-        if not v0.is_floating_point() or _excluded(k, exclude):
+    for k in client_states[0]:
+        if k not in taus or taus[k] == 0:
             for i, st in enumerate(client_states):
                 smoothed[i][k] = st[k].clone()
             continue
@@ -241,7 +294,7 @@ def fedceo_smooth(
         for st in client_states:
             mat, unmat = matricize(st[k], convention)
             mats.append(mat)
-        low_rank = tsvt(torch.stack(mats, dim=-1), tau)  # [n1, n2, m]
+        low_rank = tsvt(torch.stack(mats, dim=-1), taus[k])  # [n1, n2, m]
         assert unmat is not None
         per_client = unmat(low_rank.permute(2, 0, 1))  # [m, *shape]
         for i in range(m):
@@ -293,13 +346,25 @@ def _check_schedule(lam: float, theta: float, interval: int) -> None:
 class FedCEOConfig:
     """FedCEO hyper-parameters.
 
+    Two threshold scales:
+
+    * ``noise_std=None`` (the official code): one absolute threshold for every parameter,
+      ``τ_k = ϑ^k / (2λ)`` at the k-th smoothing.
+    * ``noise_std=s`` (noise-calibrated): parameter-wise ``τ_k = ϑ^k / (2λ) · s√m(√n1 + √n2)``
+      (:func:`noise_threshold`), so ``1/(2λ)`` is a dimensionless multiple of the expected spectral
+      norm of the stacked upload noise, and one λ fits every layer shape, model and noise level.
+      Without DP (``s = 0``) every threshold is 0: smoothing is the identity, no personalised restart
+      happens, and FedCEO is exactly FedAvg.
+
     Attributes:
-        lam: λ > 0; the initial threshold is ``1/(2λ)``.
+        lam: λ > 0; the initial threshold (multiplier) is ``1/(2λ)``.
         theta: geometric growth ϑ of the threshold per smoothing (1 = fixed threshold; < 1 warns).
         interval: smooth every ``I`` rounds (after rounds ``t`` with ``(t+1) % I == 0``).
-        restart: on rounds ``t % I == 0`` (t > 0) each sampled client starts from its stored
-            personalised state instead of the global model (clients never seen start from global).
+        restart: on rounds ``t % I == 0`` (t > 0) each sampled client whose stored state is its
+            smoothed slice (its latest upload was smoothed with τ > 0) starts from that state instead
+            of the global model; other clients start from the global model.
         exclude: glob patterns of parameter names left unsmoothed (e.g. ``("*.bias",)``).
+        noise_std: per-entry std s ≥ 0 of the noise in one upload, or ``None`` for absolute thresholds.
     """
 
     lam: float
@@ -307,6 +372,7 @@ class FedCEOConfig:
     interval: int = 10
     restart: bool = True
     exclude: tuple[str, ...] = ()
+    noise_std: float | None = None
 
     def __post_init__(self) -> None:
         _check_schedule(self.lam, self.theta, self.interval)
@@ -317,10 +383,28 @@ class FedCEOConfig:
         if isinstance(self.exclude, str):
             raise TypeError(f"exclude must be a tuple of glob patterns, got the string {self.exclude!r}")
         object.__setattr__(self, "exclude", tuple(self.exclude))
+        if self.noise_std is not None:
+            noise_threshold(self.noise_std, 1, (1, 1))  # validates noise_std
+            object.__setattr__(self, "noise_std", float(self.noise_std))
 
     def tau(self, round_idx: int) -> float:
-        """Threshold applied after 0-indexed round ``round_idx``."""
+        """Schedule value ``ϑ^⌈t/I⌉ / (2λ)`` after 0-indexed round ``round_idx``: the threshold itself
+        (``noise_std=None``) or its multiple of the noise level (see the class docstring)."""
         return tau_schedule(round_idx, self.lam, self.theta, self.interval)
+
+    def thresholds(self, round_idx: int, template: Mapping[str, Tensor], m: int) -> dict[str, float]:
+        """Per-parameter thresholds ``{name: τ}`` for smoothing m uploads shaped like ``template``."""
+        base = self.tau(round_idx)
+        out: dict[str, float] = {}
+        for k, v in template.items():
+            if not v.is_floating_point() or _excluded(k, self.exclude):
+                continue
+            if self.noise_std is None:
+                out[k] = base
+            else:
+                n1, n2 = matricize(v)[0].shape
+                out[k] = base * noise_threshold(self.noise_std, m, (n1, n2))
+        return out
 
     @classmethod
     def from_tau(cls, tau0: float, **kwargs: object) -> FedCEOConfig:
@@ -371,7 +455,10 @@ class FedCEOAggregator(FedAvgAggregator):
 
     Attributes:
         personal_states: ``{client_id: state}`` of every client seen so far.
-        taus: ``{round_idx: τ}`` of the smoothing rounds performed.
+        smoothed_clients: clients whose stored state is a smoothed slice (τ > 0); only they restart
+            from it.
+        taus: ``{round_idx: schedule value}`` of the smoothing rounds performed (:meth:`FedCEOConfig.tau`).
+        layer_taus: ``{round_idx: {name: τ}}``, the thresholds actually applied.
     """
 
     def __init__(self, config: FedCEOConfig) -> None:
@@ -379,22 +466,26 @@ class FedCEOAggregator(FedAvgAggregator):
             raise TypeError(f"config must be a FedCEOConfig, got {type(config).__name__}")
         self.config = config
         self.personal_states: dict[Hashable, State] = {}
+        self.smoothed_clients: set[Hashable] = set()
         self.taus: dict[int, float] = {}
+        self.layer_taus: dict[int, dict[str, float]] = {}
 
     def smoothed_round(self, round_idx: int) -> bool:
         return is_smoothing_round(round_idx, self.config.interval)
 
     def start_state(self, round_idx: int, client_id: Hashable, global_state: State) -> State:
-        """Personalised restart on rounds ``t % I == 0`` (t > 0) when enabled and a state is stored.
+        """Personalised restart on rounds ``t % I == 0`` (t > 0) when enabled and the client's stored
+        state is its smoothed slice.
 
-        Unlike the official code, a client without a stored state trains from the global model
-        (the official loop silently re-uploads the previous client's weights).
+        Unlike the official code, a client without a smoothed state trains from the global model: the
+        official loop silently re-uploads the previous client's weights when nothing is stored, and
+        restarts from a stale un-smoothed upload when the client's latest round was not a smoothing one.
         """
         if (
             self.config.restart
             and round_idx > 0
             and round_idx % self.config.interval == 0
-            and client_id in self.personal_states
+            and client_id in self.smoothed_clients
         ):
             return self.personal_states[client_id]
         return global_state
@@ -405,14 +496,21 @@ class FedCEOAggregator(FedAvgAggregator):
         items = _check_uploads(uploads)
         ids = [cid for cid, _ in items]
         states = [st for _, st in items]
+        smoothed = False
         if self.smoothed_round(round_idx):
-            tau = self.config.tau(round_idx)
-            self.taus[round_idx] = tau
+            taus = self.config.thresholds(round_idx, states[0], len(states))
+            self.taus[round_idx] = self.config.tau(round_idx)
+            self.layer_taus[round_idx] = taus
+            smoothed = any(t > 0 for t in taus.values())
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # m = 1 is legitimate inside a run
-                states, global_state = fedceo_smooth(states, tau, exclude=self.config.exclude)
+                states, global_state = fedceo_smooth(states, taus, exclude=self.config.exclude)
         else:
             global_state = mean_state(states)
         for cid, st in zip(ids, states):
             self.personal_states[cid] = {k: v.detach().clone() for k, v in st.items()}
+            if smoothed:
+                self.smoothed_clients.add(cid)
+            else:
+                self.smoothed_clients.discard(cid)
         return global_state

@@ -13,7 +13,7 @@ the plain-python :class:`~icml25.federated.server.FedCEOServer` uses — so ther
   its stored personalised state on FedCEO restart rounds) plus ``{"round": t}``;
 * ``aggregate_fit`` hands the uploads to the aggregator (smoothing on rounds ``(t+1) % I == 0``), updates
   the privacy ledger from the clients' reported step counts, and returns the global model with the
-  metrics ``epsilon``, ``smoothed`` and ``tau``.
+  metrics ``epsilon``, ``smoothed``, ``tau`` (schedule value) and ``tau_max`` (largest threshold applied).
 
 The user-level Gaussian mechanism runs on the client (:class:`FedCEONumPyClient` calls
 :func:`~icml25.federated.training.client_update`): FedCEO needs *each* upload to carry independent noise.
@@ -181,7 +181,8 @@ def _build() -> dict[str, type]:
             metrics = {
                 "epsilon": eps,
                 "smoothed": int(smoothed),
-                "tau": self.aggregator.taus.get(t, 0.0) if smoothed else 0.0,
+                "tau": self.aggregator.taus.get(t, 0.0) if smoothed else 0.0,  # schedule value ϑ^k/(2λ)
+                "tau_max": max(self.aggregator.layer_taus[t].values(), default=0.0) if smoothed else 0.0,
             }  # type: ignore[attr-defined]
             return ndarrays_to_parameters(state_to_ndarrays(global_state, self.keys)), metrics
 

@@ -51,7 +51,8 @@ class History:
             the very same clipped client updates without the user-level noise.
         dist_mean: the same for the plain mean of this round's noisy uploads (the DP-FedAvg server
             step); at FedCEO's first smoothing round ``dist_global / dist_mean`` measures its denoising.
-        smoothing_rounds: rounds after which FedCEO smoothed, with their τ.
+        smoothing_rounds: rounds after which FedCEO smoothed, with their schedule value ϑ^k/(2λ).
+        layer_taus: the same rounds with the per-parameter thresholds actually applied.
     """
 
     test_acc: list[float] = field(default_factory=list)
@@ -61,6 +62,7 @@ class History:
     dist_global: list[float] = field(default_factory=list)
     dist_mean: list[float] = field(default_factory=list)
     smoothing_rounds: dict[int, float] = field(default_factory=dict)
+    layer_taus: dict[int, dict[str, float]] = field(default_factory=dict)
 
 
 class FederatedServer:
@@ -149,6 +151,7 @@ class FederatedServer:
         h.epsilon_aggregate.append(self.ledger.epsilon_aggregate())
         if isinstance(self.aggregator, FedCEOAggregator) and t in self.aggregator.taus:
             h.smoothing_rounds[t] = self.aggregator.taus[t]
+            h.layer_taus[t] = dict(self.aggregator.layer_taus[t])
         self.round += 1
         return self.global_state
 

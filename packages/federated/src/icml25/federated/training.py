@@ -16,7 +16,15 @@ from torch import Tensor, nn
 
 from icml25.federated.dp import DPConfig, dp_sgd_gradients, privatize_update
 
-__all__ = ["ClientResult", "LocalTrainConfig", "client_update", "evaluate", "make_mlp", "seed_generator"]
+__all__ = [
+    "ClientResult",
+    "LocalTrainConfig",
+    "client_update",
+    "evaluate",
+    "make_mlp",
+    "seed_generator",
+    "upload_noise_std",
+]
 
 State = dict[str, Tensor]
 
@@ -137,3 +145,30 @@ def evaluate(model: nn.Module, state: Mapping[str, Tensor], x: Tensor, y: Tensor
     model.load_state_dict(state)
     model.eval()
     return float((model(x).argmax(-1) == y).float().mean())
+
+
+def upload_noise_std(dp: DPConfig, train: LocalTrainConfig, n_examples: int) -> float:
+    """Per-entry std of the DP noise carried by one upload (the scale FedCEO's threshold is tied to).
+
+    * ``"none"``: 0.
+    * ``"user"``: σC, added once to the clipped update (exact).
+    * ``"sample"``: DP-SGD adds N(0, σ²C²)/B to each of the S mini-batch gradients; with learning rate
+      η and momentum μ each noise draw reaches the weights with gain ≈ η/(1 − μ), so the upload
+      carries ≈ σC·η·√S / (B(1 − μ)) (an estimate: it ignores the loss curvature's contraction).
+
+    Args:
+        dp: privacy mechanism.
+        train: local training configuration.
+        n_examples: the client's number of training samples.
+    """
+    if not isinstance(dp, DPConfig):
+        raise TypeError(f"dp must be a DPConfig, got {type(dp).__name__}")
+    if isinstance(n_examples, bool) or not isinstance(n_examples, int) or n_examples < 1:
+        raise ValueError(f"n_examples must be an int >= 1, got {n_examples!r}")
+    sigma_c = dp.noise_multiplier * dp.clip
+    if dp.mode == "none":
+        return 0.0
+    if dp.mode == "user":
+        return sigma_c
+    steps = train.steps(n_examples)
+    return sigma_c * train.lr * math.sqrt(steps) / (train.batch_size * (1.0 - train.momentum))

@@ -1,21 +1,28 @@
 """P50 reproduction — FedCEO (Clients Collaborate, ICML 2025) at small scale on sklearn digits.
 
-Setting (brief §6, with the deviations listed in ``NOTES``): 20 IID clients, m = 10 sampled per round,
-bias-free MLP 64-64-10 (like the official EMNIST MLP), 2 local epochs of SGD (batch 32), user-level DP
-(client update clipped to C = 1, N(0, σ²C²) added before upload), FedCEO with I = 5, ϑ = 1.04.
+Setting — the official code's setup in miniature (brief §6; deviations in ``NOTES``): 20 IID clients,
+m = 10 sampled per round without replacement, bias-free MLP 64-64-10 (the official EMNIST MLP has
+hidden width 64 and no biases), local SGD with momentum 0.5 (official) for 10 epochs of batch 16 at
+lr 0.05 (official: 30 epochs of batch 64 at lr 0.01 on ~1000 samples per client; digits clients hold
+~50), 40 rounds, FedCEO with I = 5 and ϑ = 1.04 (the official CIFAR-10 ratio).
 
-σ was calibrated once (seed 0) so that DP-FedAvg loses ≥ 10 points against FedAvg. The FedCEO threshold
-follows the brief: τ/m = c · (σC/√m)(√n1 + √n2) for the largest layer, c picked from {0.5, 1, 2} on the
-validation split.
+Privacy: user-level DP (primary; the paper's framing): each client clips its update to C = 0.5 (about
+the median unclipped update norm of this setting, the usual DP-FedAvg calibration) and adds
+N(0, σ²C²) before upload. σ = 0.6 was calibrated once on seed 0 so that DP-FedAvg loses >= 10 points.
 
-Pass rule (mean of 3 seeds): (1) FedCEO ≥ DP-FedAvg + 3 points, (2) at the first smoothing round the
-FedCEO global model is ≤ 0.8× as far from the noise-free model as DP-FedAvg's, (3) with DP off FedCEO is
-within 1.5 points of FedAvg. ``quick=True``: 10 rounds, 1 seed, c = 1, criterion (2) only.
+Threshold: tied to the noise (``FedCEOConfig(noise_std=σC)``): for every parameter matricised as
+``[n1, n2]`` the k-th smoothing uses ``τ = c·ϑ^k·σC√m(√n1 + √n2)``, i.e. c times the expected spectral
+norm of a Fourier slice of the stacked upload noise (at frequency 0: τ/m is c times the spectral norm of
+one round's mean noise, as in the brief). c (= 1/(2λ)) is picked from {0.5, 1, 2} on a validation split.
+Without DP the noise is 0, so τ = 0 and FedCEO is exactly FedAvg.
+
+Pass rule (mean of 3 seeds): (1) FedCEO >= DP-FedAvg + 3 points, (2) at the first smoothing round the
+FedCEO global model is <= 0.8x as far from the noise-free model as DP-FedAvg's, (3) with DP off FedCEO is
+within 1.5 points of FedAvg. ``quick=True``: 10 rounds, 1 seed, c = 0.5, criterion (2) only.
 """
 
 from __future__ import annotations
 
-import math
 import random
 import time
 from pathlib import Path
@@ -27,35 +34,39 @@ from icml25.federated.data import FederatedData, load_federated_digits
 from icml25.federated.dp import DPConfig
 from icml25.federated.fedceo import FedCEOConfig
 from icml25.federated.server import DPFedAvgServer, FedCEOServer, History
-from icml25.federated.training import LocalTrainConfig, make_mlp
+from icml25.federated.training import LocalTrainConfig, make_mlp, upload_noise_std
 from icml25.kernels import Report
 
 N_CLIENTS, CLIENTS_PER_ROUND = 20, 10
 HIDDEN = 64
-SIGMA = 0.3  # user-level noise multiplier; calibrated on seed 0: FedAvg 93.0% -> DP-FedAvg 81.7%
-CLIP = 1.0
+SIGMA = 0.6  # user-level noise multiplier; calibrated on seed 0: FedAvg 96.7% -> DP-FedAvg 82.8%
+CLIP = 0.5  # ~ median unclipped update norm (0.3-1.2 over training) of TRAIN on these clients
 INTERVAL, THETA = 5, 1.04
 C_GRID = (0.5, 1.0, 2.0)
-SIGMA_SAMPLE = 2.0  # report-only sample-level DP-SGD run
-TRAIN = LocalTrainConfig(epochs=2, lr=0.1, batch_size=32, momentum=0.5)
+C_QUICK = 0.5
+SIGMA_SAMPLE = 1.0  # report-only sample-level DP-SGD run (the official code's mechanism), clip 1.0
+TRAIN = LocalTrainConfig(epochs=10, lr=0.05, batch_size=16, momentum=0.5)
 
 CLAIM = (
     "Tensor low-rank proximal smoothing of the DP-noised client models (FedCEO) improves the "
     "utility of DP federated learning at the same privacy cost."
 )
 NOTES = (
-    "Scale: sklearn digits, 20 IID clients, m=10, MLP 64-64-10 without biases; user-level DP "
-    f"(clip C={CLIP}, sigma={SIGMA}) - the paper's numbers use per-sample DP-SGD on CIFAR-10/EMNIST. "
-    "Deviations from the brief: local SGD lr 0.1 with momentum 0.5 (the official momentum) instead of "
-    "lr 0.05, because FedAvg reached only ~85% in 40 rounds with lr 0.05; the denoising distance uses the "
-    "noise-free trajectory of the same clipped client updates (the DP-FedAvg and FedCEO runs coincide up to "
-    "the first smoothing). epsilon_server: worst client against the server (each upload a Gaussian "
-    "mechanism, no amplification); epsilon_aggregate: against observers of the global models only "
+    "Scale: sklearn digits, 20 IID clients, m=10, MLP 64-64-10 without biases, 10 local epochs (batch 16, "
+    f"lr 0.05, momentum 0.5), 40 rounds; user-level DP (clip C={CLIP}, sigma={SIGMA}) - the official code "
+    "uses un-accounted per-sample DP-SGD on CIFAR-10/EMNIST (report-only here). FedCEO threshold tied to the "
+    "noise: tau = c * theta^k * sigma*C*sqrt(m)*(sqrt(n1)+sqrt(n2)) per parameter (the official code uses "
+    "one absolute tau=theta^k/(2*lambda) for all parameters); c chosen on a validation split. The denoising "
+    "distance uses the noise-free trajectory of the same clipped client updates (DP-FedAvg and FedCEO "
+    "coincide up to the first smoothing). epsilon_server: worst client against the server (each upload a "
+    "Gaussian mechanism, no amplification); epsilon_aggregate: against observers of the global models only "
     "(sum noise sigma*sqrt(m), Poisson rate m/N). Smoothing is post-processing: epsilon is the same for "
-    "DP-FedAvg and FedCEO. At this scale the accumulated DP noise in the weights is much larger than the "
-    "learned low-rank signal, and the noisy network still works as a random-feature model; singular value "
-    "thresholding removes that noise (criterion 2) but also the random features and part of the signal, "
-    "so accuracy criteria 1 and 3 are not reached (measured numbers above)."
+    "DP-FedAvg and FedCEO. Why the accuracy claim fails here: thresholding at the noise level does remove "
+    "noise (criterion 2), but soft-thresholding also subtracts tau/m from every singular value of the "
+    "learned weights at each smoothing, and at this scale (clipped updates of norm <= C per round) training "
+    "does not rebuild the signal between smoothings as fast; every c in the grid, and gentler c=0.25, "
+    "restart on/off and excluding either layer, stayed below DP-FedAvg in calibration runs. Criterion 3 "
+    "holds by construction (tau is 0 without noise)."
 )
 
 
@@ -69,39 +80,25 @@ def _model_fn() -> torch.nn.Module:
     return make_mlp(64, HIDDEN, 10, bias=False)
 
 
-def noise_spectral_norm(upload_std: float, m: int, shape: tuple[int, int]) -> float:
-    """Expected spectral norm of one round's noise on the client mean: (std/√m)(√n1 + √n2).
-
-    ``upload_std`` is the per-entry noise std of one upload (σC under user-level DP).
-    """
-    return upload_std / math.sqrt(m) * (math.sqrt(shape[0]) + math.sqrt(shape[1]))
+def mean_client_size(data: FederatedData) -> int:
+    """Average number of training samples per client (for the sample-level noise estimate)."""
+    return round(float(np.mean([len(y) for _, y in data.clients])))
 
 
-def fedceo_tau0(c: float, upload_std: float = SIGMA * CLIP) -> float:
-    """Initial threshold τ0 (on the m-client tensor) with τ0/m = c × the largest layer's noise norm."""
-    return c * CLIENTS_PER_ROUND * noise_spectral_norm(upload_std, CLIENTS_PER_ROUND, (64, HIDDEN))
-
-
-def sample_level_upload_std(sigma: float, n_local: int) -> float:
-    """Approximate per-entry noise std of one upload under DP-SGD: σC·lr/B·√steps/(1 − momentum)."""
-    return sigma * CLIP * TRAIN.lr / TRAIN.batch_size * math.sqrt(TRAIN.steps(n_local)) / (1 - TRAIN.momentum)
+def fedceo_config(c: float, dp: DPConfig, data: FederatedData, theta: float = THETA) -> FedCEOConfig:
+    """FedCEO with a threshold of c × the expected spectral norm of the stacked upload noise."""
+    noise = upload_noise_std(dp, TRAIN, mean_client_size(data))
+    return FedCEOConfig(lam=1.0 / (2.0 * c), theta=theta, interval=INTERVAL, noise_std=noise)
 
 
 def _run(
-    data: FederatedData,
-    rounds: int,
-    seed: int,
-    dp: DPConfig,
-    c: float | None,
-    theta: float = THETA,
-    upload_std: float = SIGMA * CLIP,
+    data: FederatedData, rounds: int, seed: int, dp: DPConfig, c: float | None, theta: float = THETA
 ) -> History:
     _seed_all(seed)
     kw = dict(clients_per_round=CLIENTS_PER_ROUND, train=TRAIN, dp=dp, seed=seed, model_fn=_model_fn)
     if c is None:
         return DPFedAvgServer(data, **kw).fit(rounds)
-    cfg = FedCEOConfig.from_tau(fedceo_tau0(c, upload_std), theta=theta, interval=INTERVAL)
-    return FedCEOServer(data, cfg, **kw).fit(rounds)
+    return FedCEOServer(data, fedceo_config(c, dp, data, theta), **kw).fit(rounds)
 
 
 def _plot(curves: dict[str, np.ndarray], eps: list[float], smooth_rounds: list[int], path: Path) -> Path:
@@ -144,7 +141,7 @@ def _run_experiment(quick: bool, seed: int, out_dir: str | Path | None) -> Repor
     t0 = time.time()
     rounds = 10 if quick else 40
     seeds = [seed] if quick else [seed, seed + 1, seed + 2]
-    grid = (1.0,) if quick else C_GRID
+    grid = (C_QUICK,) if quick else C_GRID
     dp = DPConfig("user", SIGMA, CLIP)
     nodp = DPConfig("none")
     first_smooth = INTERVAL - 1
@@ -176,8 +173,12 @@ def _run_experiment(quick: bool, seed: int, out_dir: str | Path | None) -> Repor
         "rounds": rounds,
         "n_seeds": len(seeds),
         "c_selected": best_c,
-        "tau0": fedceo_tau0(best_c),
-        "lambda": 1.0 / (2.0 * fedceo_tau0(best_c)),
+        "lambda": 1.0 / (2.0 * best_c),
+        # thresholds of the first smoothing (k = 1), per parameter: c·ϑ·σC√m(√n1 + √n2)
+        **{
+            f"tau_first_{k}": v
+            for k, v in hist[("fedceo", best_c, seeds[0])].layer_taus[first_smooth].items()
+        },
         "fedavg_acc": final("fedavg", None),
         "baseline_dpfedavg_acc": final("dpfedavg", None),
         "fedceo_acc": final("fedceo", best_c),
@@ -201,21 +202,17 @@ def _run_experiment(quick: bool, seed: int, out_dir: str | Path | None) -> Repor
             _run(datasets[s], rounds, s, nodp, best_c) for s in tqdm(seeds, desc="P50 no-DP", leave=False)
         ]
         m["fedceo_nodp_acc"] = float(np.mean([h.test_acc[-1] for h in nodp_runs]))
+        # τ ∝ noise: without DP every threshold is 0 and FedCEO must retrace FedAvg exactly
+        m["nodp_identical_to_fedavg"] = float(
+            all(h.test_acc == hist[("fedavg", None, s)].test_acc for h, s in zip(nodp_runs, seeds))
+        )
         m["nodp_gap_points"] = 100 * (m["fedavg_acc"] - m["fedceo_nodp_acc"])
         # Report-only variants (one seed): fixed threshold, and sample-level DP-SGD.
         m["fedceo_theta1_acc"] = _run(datasets[seed], rounds, seed, dp, best_c, theta=1.0).test_acc[-1]
-        dps = DPConfig("sample", SIGMA_SAMPLE, CLIP)
+        dps = DPConfig("sample", SIGMA_SAMPLE, 1.0)  # the official per-sample clip C = 1
         h_s = _run(datasets[seed], rounds, seed, dps, None)
-        n_local = int(np.mean([len(y) for _, y in datasets[seed].clients]))
         m["sample_dpfedavg_acc"] = h_s.test_acc[-1]
-        m["sample_fedceo_acc"] = _run(
-            datasets[seed],
-            rounds,
-            seed,
-            dps,
-            best_c,
-            upload_std=sample_level_upload_std(SIGMA_SAMPLE, n_local),
-        ).test_acc[-1]
+        m["sample_fedceo_acc"] = _run(datasets[seed], rounds, seed, dps, best_c).test_acc[-1]
         m["sample_epsilon_server"] = h_s.epsilon[-1]
         ok1 = m["fedceo_gain_points"] >= 3.0
         ok3 = m["nodp_gap_points"] <= 1.5
