@@ -25,7 +25,7 @@ from icml25.causal_discovery.mag_listing.marks import (
     InconsistentBackgroundKnowledge,
     parse_bk_mark,
 )
-from icml25.causal_discovery.mag_listing.rules import DEFAULT_RULES, MixedGraph, Rule, close
+from icml25.causal_discovery.mag_listing.rules import DEFAULT_RULES, MixedGraph, ProbeCache, Rule, close
 
 
 @dataclass
@@ -33,8 +33,9 @@ class ListingStats:
     """Filled in by ``list_mags(..., stats=ListingStats())`` while the generator runs.
 
     Attributes:
-        delays: seconds of listing work before each output (the first entry is the time to the first MAG);
-            time spent by the consumer between outputs is excluded.
+        delays: CPU seconds (``time.process_time``) of listing work before each output (the first entry is
+            the time to the first MAG); time spent by the consumer between outputs is excluded, and so is
+            time the process spends descheduled (other processes on a shared machine).
         n_outputs: MAGs emitted.
         nodes: recursion nodes visited (root included).
         dead_ends: branches that emitted no MAG (0 for a locally complete rule set).
@@ -92,6 +93,22 @@ class _Oracle:
         return bool((inv == np.asarray(m)).all())
 
 
+def _most_informative(g: MixedGraph, cache: ProbeCache, default: tuple[int, int]) -> tuple[int, int]:
+    """The circle whose probe closure with an arrowhead (the first child) leaves the fewest circles.
+
+    Why: the first child of every node lies on the way to the next output; the fewer circles it keeps,
+    the fewer values its probing has to establish and the shorter the descent.
+    """
+    best, fewest = default, None
+    for (a, b, value), h in cache.results.items():
+        if value != ARROW or g.m[a][b] != CIRCLE or not h.contains(g):
+            continue
+        left = sum(row.bit_count() for row in h.rC)
+        if fewest is None or left < fewest or (left == fewest and (a, b) < best):
+            best, fewest = (a, b), left
+    return best
+
+
 def list_mags(
     pag: PAG,
     rules: Sequence[Rule] = DEFAULT_RULES,
@@ -99,7 +116,7 @@ def list_mags(
     probing: bool = True,
     verify: bool = True,
     check: bool = False,
-    order: str = "index",
+    order: str = "informative",
     seed: int | None = None,
     stats: ListingStats | None = None,
     strict: bool = True,
@@ -110,17 +127,22 @@ def list_mags(
         pag: a valid PAG without selection-bias marks (``ValueError("not a valid PAG ...")`` otherwise).
         rules: orientation rules applied to a fixpoint at every node (``DEFAULT_RULES``: R1-R3, R4', R8-R10,
             R_SB, R_A, R_B).
-        probing: depth-1 probing after the rules (needed for local completeness, brief §10).
+        probing: depth-1 probing after the rules (needed for local completeness, brief §10: without it
+            the rules leave forced circles on e.g. the brief's second regression PAG). Probe closures are
+            kept as witnesses down the tree (:class:`~.rules.ProbeCache`), so a value already shown
+            possible is not re-closed, and a child that is a probed branch starts from its probe closure.
         verify: safety net: check every leaf with ``is_mag`` and Markov equivalence to a reference MAG
             (rejected leaves are counted in ``stats.invalid_leaves``, never emitted).
         check: compare every node's closure with the brute-force oracle (exponential; counts
             ``stats.incomplete_nodes``); warns for more than 20 nodes.
-        order: which circle to branch on: ``"index"`` (lowest ``(i, j)``) or ``"random"`` (with ``seed``).
+        order: which circle to branch on: ``"index"`` (lowest ``(i, j)``), ``"random"`` (with ``seed``) or
+            ``"informative"`` (the circle whose arrowhead closure, known from probing, orients the most
+            marks; lowest index when probing computed none).
         stats: a :class:`ListingStats` to fill in.
         strict: if False, an invalid PAG gives an empty listing with a warning instead of ``ValueError``.
     """
-    if order not in ("index", "random"):
-        raise ValueError(f"order must be 'index' or 'random', got {order!r}")
+    if order not in ("index", "random", "informative"):
+        raise ValueError(f"order must be 'index', 'random' or 'informative', got {order!r}")
     if not _check_pag(pag, strict):
         return
     if check and pag.n_nodes > 20:
@@ -132,12 +154,18 @@ def list_mags(
     ref = reference_mag(pag).to_list()
     oracle = _Oracle(pag) if check else None
     names = pag.names
-    clock = [time.perf_counter()]
+    clock = [time.process_time()]
 
-    def visit(g: MixedGraph, idx: np.ndarray | None) -> Iterator[MAG]:
+    def leaf_check(m: list[list[int]]) -> bool:
+        return is_mag_marks(m) and equivalent_marks(m, ref)
+
+    def visit(
+        g: MixedGraph, idx: np.ndarray | None, closed: bool, witnesses: list[MixedGraph]
+    ) -> Iterator[MAG]:
         st.nodes += 1
+        cache = ProbeCache(witnesses)
         try:
-            close(g, rules, probing)
+            close(g, rules, probing, cache, closed=closed)
         except Conflict:
             return
         if oracle is not None and idx is not None and len(idx):
@@ -146,27 +174,37 @@ def list_mags(
                 st.incomplete_nodes += 1
         circles = g.circles()
         if not circles:
-            if verify and not (is_mag_marks(g.m) and equivalent_marks(g.m, ref)):
+            if verify and not leaf_check(g.m):
                 st.invalid_leaves += 1
                 return
-            now = time.perf_counter()
+            now = time.process_time()
             st.delays.append(now - clock[0])
             st.n_outputs += 1
             yield MAG._trusted(g.m, names)
-            clock[0] = time.perf_counter()
+            clock[0] = time.process_time()
             return
-        a, b = circles[0] if order == "index" else rng.choice(circles)
+        if order == "index":
+            a, b = circles[0]
+        elif order == "random":
+            a, b = rng.choice(circles)
+        else:
+            a, b = _most_informative(g, cache, circles[0])
         for value in (ARROW, TAIL):
-            child = g.copy()
-            child.m[a][b] = value
+            # The probe of this very branch already closed G + value: start the child from it.
+            done = cache.results.get((a, b, value))
+            if done is not None and done.contains(g):
+                child, child_closed = done.copy(), True
+            else:
+                child, child_closed = g.copy(), False
+                child.set(a, b, value)
             sub = None if idx is None else idx[oracle.mags[idx, a, b] == value]  # type: ignore[union-attr]
             before = st.n_outputs
-            yield from visit(child, sub)
+            yield from visit(child, sub, child_closed, cache.witnesses)
             if st.n_outputs == before:
                 st.dead_ends += 1
 
     root_idx = None if oracle is None else np.arange(len(oracle.mags))
-    yield from visit(MixedGraph(pag.to_list()), root_idx)
+    yield from visit(MixedGraph(pag.to_list()), root_idx, False, [])
 
 
 def apply_background_knowledge(
@@ -209,7 +247,7 @@ def apply_background_knowledge(
                 continue
             if g.m[i][j] != CIRCLE:
                 raise Conflict(f"mark at {j} on {i}-{j} is already {g.m[i][j]}")
-            g.m[i][j] = mark
+            g.set(i, j, mark)
             close(g, rules, probing)
     except Conflict as exc:
         raise InconsistentBackgroundKnowledge(f"bk is inconsistent with the PAG: {exc}") from exc

@@ -98,8 +98,8 @@ def equivalent_marks(m1: list[list[int]], m2: list[list[int]]) -> bool:
         for b in range(n):
             if (m1[a][b] == 0) != (m2[a][b] == 0):
                 return False
-    g1 = MixedGraph(m1)
-    adj, adjset = g1.adj, g1.adjset
+    adj = [[b for b in range(n) if m1[a][b]] for a in range(n)]
+    adjset = [frozenset(x) for x in adj]
     # A mark matrix that is ARROW/TAIL in both exactly where both agree: a path is discriminating in both
     # graphs iff it is discriminating (on definite marks) in the graph of their common marks.
     common = [[m1[a][b] if m1[a][b] == m2[a][b] else CIRCLE for b in range(n)] for a in range(n)]
@@ -173,6 +173,7 @@ def pag_marks_from_mag(mag: list[list[int]]) -> list[list[int]]:
             for c in nb[i + 1 :]:
                 if c not in g.adjset[a] and _collider(mag, a, b, c):
                     g.m[a][b] = g.m[c][b] = ARROW
+    g.sync()  # the rules read the bitsets that mirror g.m
     rules = (rule_r1, rule_r2, rule_r3, _rule_r4_from_mag(mag), rule_r8, rule_r9, rule_r10)
     try:
         apply_rules(g, rules)
