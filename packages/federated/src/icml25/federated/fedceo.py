@@ -191,11 +191,16 @@ def _excluded(key: str, exclude: Iterable[str]) -> bool:
     return any(fnmatch.fnmatchcase(key, pat) for pat in exclude)
 
 
+def _smoothed_keys(template: Mapping[str, Tensor], exclude: Iterable[str]) -> list[str]:
+    """The parameters FedCEO smooths: floating-point tensors whose name matches no ``exclude`` pattern."""
+    return [k for k, v in template.items() if v.is_floating_point() and not _excluded(k, exclude)]
+
+
 def _per_key_tau(
     tau: float | Mapping[str, float], template: Mapping[str, Tensor], exclude: tuple[str, ...]
 ) -> dict[str, float]:
     """``{key: τ}`` for the keys that are smoothed (float tensors not matching ``exclude``)."""
-    keys = [k for k, v in template.items() if v.is_floating_point() and not _excluded(k, exclude)]
+    keys = _smoothed_keys(template, exclude)
     if isinstance(tau, Mapping):
         missing = [k for k in keys if k not in tau]
         if missing:
@@ -396,13 +401,11 @@ class FedCEOConfig:
         """Per-parameter thresholds ``{name: τ}`` for smoothing m uploads shaped like ``template``."""
         base = self.tau(round_idx)
         out: dict[str, float] = {}
-        for k, v in template.items():
-            if not v.is_floating_point() or _excluded(k, self.exclude):
-                continue
+        for k in _smoothed_keys(template, self.exclude):
             if self.noise_std is None:
                 out[k] = base
             else:
-                n1, n2 = matricize(v)[0].shape
+                n1, n2 = matricize(template[k])[0].shape
                 out[k] = base * noise_threshold(self.noise_std, m, (n1, n2))
         return out
 

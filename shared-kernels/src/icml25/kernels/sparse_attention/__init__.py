@@ -235,9 +235,14 @@ def _triton():
 # (reference.py) otherwise.
 
 
+def _k_mean(k: torch.Tensor, smooth_k: bool) -> torch.Tensor | None:
+    """K's token mean ``[B, Hkv, d]`` in fp32 (subtracted before quantizing K), or ``None`` without smoothing."""
+    return k.mean(dim=-2, dtype=torch.float32) if smooth_k else None
+
+
 def _stats_pass(q, k, *, backend, scale, quantize, smooth_k, q_group, block_q, block_k):
     """Block statistics of Q and K (pooled means, self-similarities) and, optionally, their INT8 form."""
-    k_mean = k.mean(dim=-2, dtype=torch.float32) if smooth_k else None
+    k_mean = _k_mean(k, smooth_k)
     q_mult = scale * reference.LOG2E
     if backend == "triton":
         return _triton().qk_block_stats(
@@ -426,14 +431,13 @@ def block_sparse_attention(
         nq, nk = expected[2:]
         mask = block_mask & causal_block_valid(nq, nk, block_q, block_k, q.device) if causal else block_mask
         lut, count = mask_to_lut(mask)
-    stats, k_mean = (None, None), None
     if quantize_qk:
         stats, k_mean = _stats_pass(
             q, k, backend=chosen, scale=sc, quantize=True, smooth_k=smooth_k, q_group=q_group, block_q=block_q,
             block_k=block_k,
         )  # fmt: skip
-    elif smooth_k:
-        k_mean = k.mean(dim=-2, dtype=torch.float32)
+    else:
+        stats, k_mean = (None, None), _k_mean(k, smooth_k)
     operands = _operands(
         q, k, stats, k_mean, quantize_qk=quantize_qk, scale=sc, block_q=block_q, block_k=block_k
     )

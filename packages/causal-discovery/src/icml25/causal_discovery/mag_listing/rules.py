@@ -125,14 +125,7 @@ class MixedGraph:
 
     def circles(self) -> list[tuple[int, int]]:
         """``(a, b)`` for every circle mark, at ``b`` on ``a - b``, in index order."""
-        out = []
-        for a in range(self.n):
-            x = self.rC[a]
-            while x:
-                low = x & -x
-                out.append((a, low.bit_length() - 1))
-                x ^= low
-        return out
+        return [(a, b) for a in range(self.n) for b in _bits(self.rC[a])]
 
     def contains(self, other: MixedGraph) -> bool:
         """Does this graph carry every definite mark of ``other`` (it is ``other`` or a refinement of it)?"""
@@ -428,6 +421,19 @@ BASE_RULES: tuple[Rule, ...] = (
 DEFAULT_RULES: tuple[Rule, ...] = (*BASE_RULES, rule_long_r2, rule_triangle)
 
 
+def _transitive_closure(children: list[int]) -> list[int]:
+    """Warshall on bitsets: ``reach[a]`` = every vertex reachable from a by one or more ``children`` steps."""
+    reach = list(children)
+    for k, rk in enumerate(reach):
+        if not rk:
+            continue
+        bit = 1 << k
+        for a in range(len(reach)):
+            if reach[a] & bit:
+                reach[a] |= reach[k]
+    return reach
+
+
 def descendants(m: list[list[int]], n: int) -> list[int]:
     """Bitmask of strict descendants of every vertex along definite directed edges (tail => directed)."""
     children = [0] * n
@@ -435,34 +441,12 @@ def descendants(m: list[list[int]], n: int) -> list[int]:
         for b in range(n):
             if m[b][a] == TAIL and m[a][b]:
                 children[a] |= 1 << b
-    desc = [0] * n
-    for a in range(n):
-        reach, frontier = 0, children[a]
-        while frontier:
-            reach |= frontier
-            nxt = 0
-            f = frontier
-            while f:
-                low = f & -f
-                nxt |= children[low.bit_length() - 1]
-                f ^= low
-            frontier = nxt & ~reach
-        desc[a] = reach
-    return desc
+    return _transitive_closure(children)
 
 
 def _descendants(g: MixedGraph) -> list[int]:
-    """Strict descendants of every vertex along definite ``->`` edges (Warshall on bitsets)."""
-    n = g.n
-    reach = [ra & t for ra, t in zip(g.rA, g.T, strict=True)]  # children
-    for k in range(n):
-        bit, rk = 1 << k, reach[k]
-        if not rk:
-            continue
-        for a in range(n):
-            if reach[a] & bit:
-                reach[a] |= rk
-    return reach
+    """Strict descendants of every vertex along definite ``->`` edges."""
+    return _transitive_closure([ra & t for ra, t in zip(g.rA, g.T, strict=True)])
 
 
 def find_conflict(g: MixedGraph) -> str | None:
