@@ -23,6 +23,8 @@ check, by recording the aten ops of a call, that nothing here reads a device val
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import triton
 import triton.language as tl
@@ -528,6 +530,12 @@ def _sparge_fwd_kernel(
     tl.store(SKIP + pid_bh * NQ + pid_m, n_skip)
 
 
+def _fwd_warps(d_pad: int, exact_fp32: bool) -> int:
+    # 4 warps hold a 128 x 64 tile's accumulators in registers; wider heads, and the exact-fp32 path (no
+    # tensor cores, fp32 operands), need 8 to keep register spills down (see compile_for_target).
+    return 8 if d_pad > 64 or exact_fp32 else 4
+
+
 def sparse_flash_forward(
     q_op: torch.Tensor,
     q_scale: torch.Tensor | None,
@@ -566,21 +574,68 @@ def sparse_flash_forward(
         QUANT=quant, CAUSAL=is_causal, PV_SKIP=pv_threshold is not None, LAM_PER_HEAD=lam_h,
         # fp32 operands: exact fp32 products (TF32 would break the SDPA equivalence); fp16/bf16 ignore it.
         PRECISION="ieee" if v.dtype == torch.float32 else "tf32",
-        num_warps=4 if d_pad <= 64 else 8, num_stages=3,
+        num_warps=_fwd_warps(d_pad, v.dtype == torch.float32), num_stages=3,
     )  # fmt: skip
     return o, skip
 
 
 # ------------------------------------------------------------------------------ ahead-of-time compilation
 
+# SASS opcodes that tell how a kernel uses the GPU: tensor-core MMAs (INT8 / fp16-bf16, sm_80 ``mma.sync``
+# and sm_90 ``wgmma`` forms), ``cp.async`` global->shared copies (the software pipeline of K/V tiles) and
+# local-memory traffic (register spills).
+SASS_OPCODES = ("IMMA", "HMMA", "IGMMA", "HGMMA", "LDGSTS", "STL", "LDL")
 
-def compile_for_target(arch: int = 90, warp_size: int = 32) -> list[str]:
+
+@dataclass(frozen=True)
+class CompiledVariant:
+    """One kernel variant compiled for a GPU target by :func:`compile_for_target`.
+
+    ``sass`` counts the :data:`SASS_OPCODES` in the cubin's disassembly (empty when Triton's bundled
+    ``cuobjdump`` is missing); ``shared_bytes`` is the static shared memory per program.
+    """
+
+    kernel: str
+    constants: dict
+    num_warps: int
+    shared_bytes: int
+    sass: dict[str, int]
+
+    @property
+    def spills(self) -> int:
+        """Local-memory instructions (``STL`` + ``LDL``): non-zero means the kernel spills registers."""
+        return self.sass.get("STL", 0) + self.sass.get("LDL", 0)
+
+
+def _sass_counts(cubin: bytes) -> dict[str, int]:
+    import os
+    import re
+    import subprocess
+    import tempfile
+
+    from triton.backends.nvidia import compiler as nvidia
+
+    tool = os.path.join(os.path.dirname(nvidia.__file__), "bin", "cuobjdump")
+    if not os.access(tool, os.X_OK):
+        return {}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "kernel.cubin")
+        with open(path, "wb") as f:
+            f.write(cubin)
+        sass = subprocess.run([tool, "-sass", path], capture_output=True, text=True, check=True).stdout
+    found = re.findall(r"\b(" + "|".join(SASS_OPCODES) + r")\b", sass)
+    return {op: found.count(op) for op in SASS_OPCODES}
+
+
+def compile_for_target(arch: int = 90, warp_size: int = 32) -> list[CompiledVariant]:
     """Compile every kernel variant the ops launch for ``GPUTarget("cuda", arch, warp_size)`` — no GPU needed.
 
     Lowers each kernel through TTIR/TTGIR/LLVM/PTX to a cubin with Triton's bundled ``ptxas``, so a CPU
     machine can check that the kernels are valid GPU code (the interpreter accepts some programs the
-    compiler rejects). Needs ``TRITON_INTERPRET`` unset when this module was imported. Returns one line per
-    compiled variant.
+    compiler rejects) and, from the disassembly, how they will run: tensor-core instructions, pipelined
+    ``cp.async`` loads, register spills. Pointers and the head dimension ``D`` carry the 16-divisibility
+    that Triton's launcher infers for aligned tensors and ``D % 16 == 0``; lengths get none (ragged ``L``).
+    Needs ``TRITON_INTERPRET`` unset when this module was imported.
     """
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -591,10 +646,21 @@ def compile_for_target(arch: int = 90, warp_size: int = 32) -> list[str]:
 
     def build(fn, args: dict[str, str], consts: dict, num_warps: int = 4) -> None:
         sig = {**args, **{name: "constexpr" for name in consts}}
-        triton.compile(
-            ASTSource(fn, sig, consts), target=target, options={"num_warps": num_warps, "num_stages": 3}
+        aligned = {
+            (fn.arg_names.index(a),): [["tt.divisibility", 16]]
+            for a, ty in args.items()
+            if ty.startswith("*") or a == "D"
+        }
+        kernel = triton.compile(
+            ASTSource(fn, sig, consts, aligned),
+            target=target,
+            options={"num_warps": num_warps, "num_stages": 3},
         )
-        done.append(f"{fn.fn.__name__} {consts}")
+        done.append(
+            CompiledVariant(
+                fn.fn.__name__, consts, num_warps, kernel.metadata.shared, _sass_counts(kernel.asm["cubin"])
+            )
+        )
 
     for d_pad, qg, smooth, quant in [(64, 32, True, True), (128, 16, True, True), (64, 128, False, False)]:
         args = {"Q": "*fp16", "KMEAN": f32, "QPOOL": f32, "QSIM": f32, "QQ": "*i8", "QSCALE": f32, "K": "*fp16",
@@ -612,12 +678,12 @@ def compile_for_target(arch: int = 90, warp_size: int = 32) -> list[str]:
     args = {"MASK_IN": "*i8", "MASK": "*i8", "LUT": "*i32", "CNT": "*i32", "NQ": "i32", "NK": "i32"}
     build(_mask_to_lut_kernel, args, {"BQ": 128, "BK": 64, "CH": _CH, "CAUSAL": True})
     for quant, causal, qg, d_pad, v in [(True, True, 16, 128, "*fp16"), (True, False, 32, 64, "*bf16"),
-                                        (False, False, 128, 64, "*fp32")]:  # fmt: skip
+                                        (False, True, 128, 128, "*fp16"), (False, False, 128, 64, "*fp32")]:  # fmt: skip
         operand = "*i8" if quant else f32
         args = {"Q": operand, "K": operand, "V": v, "QS": f32, "KS": f32, "LUT": "*i32", "CNT": "*i32", "LAM": f32,
                 "OUT": v, "SKIP": "*i32", "lam_s": "fp32", "H": "i32", "GROUP": "i32", "LQ": "i32", "LK": "i32",
                 "NQ": "i32", "NK": "i32", "D": "i32"}  # fmt: skip
         consts = {"BLOCK_M": 128, "BLOCK_N": 64, "QG": qg, "D_PAD": d_pad, "QUANT": quant, "CAUSAL": causal,
                   "PV_SKIP": quant, "LAM_PER_HEAD": causal, "PRECISION": "ieee" if v == f32 else "tf32"}  # fmt: skip
-        build(_sparge_fwd_kernel, args, consts, num_warps=8 if d_pad > 64 else 4)
+        build(_sparge_fwd_kernel, args, consts, num_warps=_fwd_warps(d_pad, v == f32))
     return done
