@@ -21,6 +21,7 @@ from icml25.generative_models.systems import (
 from icml25.generative_models.thermalizer import (
     MLP,
     LevelMLP,
+    PeriodicConvNet1d,
     ResidualEmulator,
     SpectralLevelHead1d,
     Thermalizer,
@@ -361,6 +362,19 @@ def test_spectral_level_head_is_shift_and_reflection_invariant():
     ref = head(x)
     torch.testing.assert_close(head(torch.roll(x, 7, -1)), ref, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(head(-torch.flip(x, (-1,))), ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(("depth", "growth", "field"), [(4, 1, 17), (5, 2, 37), (6, 2, 64)])
+def test_periodic_convnet_receptive_field_and_shift_equivariance(depth, growth, field):
+    torch.manual_seed(0)
+    net = PeriodicConvNet1d(8, depth, 5, dilation_growth=growth)
+    x = torch.randn(3, 64, requires_grad=True)
+    net(x)[0, 0].backward()
+    assert int((x.grad[0].abs() > 0).sum()) == field  # 1 + 4·(2 + Σ growthⁱ), capped at the domain
+    y = x.detach()
+    torch.testing.assert_close(net(torch.roll(y, 5, -1)), torch.roll(net(y), 5, -1), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="dilation_growth"):
+        PeriodicConvNet1d(8, depth, 5, dilation_growth=0)
 
 
 def test_mean_free_thermalizer_and_mean_conserving_emulator_keep_the_spatial_mean():

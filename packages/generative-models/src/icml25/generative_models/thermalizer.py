@@ -142,6 +142,8 @@ class PeriodicConvNet1d(nn.Module):
     """Residual 1D CNN with circular padding, ``(B, N) -> (B, N)``; optionally level-conditioned.
 
     Used both as the KS emulator increment (``zero_out=True``) and as the thermalizer's ε-network.
+    ``dilation_growth > 1`` dilates the hidden blocks geometrically (1, g, g², ...), so a few layers see the
+    whole periodic domain (receptive field ``1 + (kernel − 1)·(2 + Σ gⁱ)`` points).
     """
 
     def __init__(
@@ -151,15 +153,21 @@ class PeriodicConvNet1d(nn.Module):
         kernel: int = 5,
         n_levels: int | None = None,
         zero_out: bool = False,
+        dilation_growth: int = 1,
     ):
         super().__init__()
         if kernel % 2 == 0:
             raise ValueError(f"kernel must be odd (same-size circular padding), got {kernel}")
+        if isinstance(dilation_growth, bool) or not isinstance(dilation_growth, int) or dilation_growth < 1:
+            raise ValueError(f"dilation_growth must be an int >= 1, got {dilation_growth!r}")
         pad = kernel // 2
         self.inp = nn.Conv1d(1, width, kernel, padding=pad, padding_mode="circular")
         self.blocks = nn.ModuleList(
-            nn.Conv1d(width, width, kernel, padding=pad, padding_mode="circular")
-            for _ in range(max(depth - 2, 0))
+            nn.Conv1d(
+                width, width, kernel, padding=pad * dilation_growth**i, dilation=dilation_growth**i,
+                padding_mode="circular",
+            )  # fmt: skip
+            for i in range(max(depth - 2, 0))
         )
         self.out = nn.Conv1d(width, 1, kernel, padding=pad, padding_mode="circular")
         self.embed = None if n_levels is None else nn.Embedding(n_levels, width)
