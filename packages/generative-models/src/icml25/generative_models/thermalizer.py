@@ -163,11 +163,8 @@ class PeriodicConvNet1d(nn.Module):
         pad = kernel // 2
         self.inp = nn.Conv1d(1, width, kernel, padding=pad, padding_mode="circular")
         self.blocks = nn.ModuleList(
-            nn.Conv1d(
-                width, width, kernel, padding=pad * dilation_growth**i, dilation=dilation_growth**i,
-                padding_mode="circular",
-            )  # fmt: skip
-            for i in range(max(depth - 2, 0))
+            nn.Conv1d(width, width, kernel, padding=pad * g, dilation=g, padding_mode="circular")
+            for g in (dilation_growth**i for i in range(max(depth - 2, 0)))
         )
         self.out = nn.Conv1d(width, 1, kernel, padding=pad, padding_mode="circular")
         self.embed = None if n_levels is None else nn.Embedding(n_levels, width)
