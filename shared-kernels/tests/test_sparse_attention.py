@@ -631,12 +631,9 @@ def test_triton_kernels_compile_for_gpu_targets(arch):
     forward = [(c, sass) for name, c, sass in variants if name == "_sparge_fwd_kernel"]
     assert len(forward) == 4
     for consts, sass in forward:
-        exact_fp32 = consts["PRECISION"] == "ieee"
         assert sass["LDGSTS"] > 0, consts
         assert (sass[int8_mma] > 0) == consts["QUANT"], (consts, sass)
-        assert (sass[half_mma] > 0) != exact_fp32, (consts, sass)
-        if not exact_fp32:
-            assert sass["STL"] == sass["LDL"] == 0, (consts, sass)
+        assert (sass[half_mma] > 0) != (consts["PRECISION"] == "ieee"), (consts, sass)
     for name, consts, sass in variants:
-        if name != "_sparge_fwd_kernel":
+        if consts.get("PRECISION") != "ieee":  # only the exact-fp32 forward may spill
             assert sass["STL"] == sass["LDL"] == 0, (name, consts, sass)

@@ -564,6 +564,7 @@ def sparse_flash_forward(
     o = torch.empty(B, H, lq, d, device=v.device, dtype=v.dtype)
     skip = torch.empty(B, H, nq, device=v.device, dtype=torch.int32)  # every program writes its entry
     lam_p, lam_s, lam_h = _hyper(pv_threshold if pv_threshold is not None else float("inf"), v.device)
+    exact_fp32 = v.dtype == torch.float32  # fp32 operands take IEEE products, which also need 8 warps
     d_pad = _d_pad(d)
     _sparge_fwd_kernel[(nq, B * H)](
         q_op.contiguous(), k_op.contiguous(), v.contiguous(),
@@ -573,8 +574,8 @@ def sparse_flash_forward(
         BLOCK_M=block_q, BLOCK_N=block_k, QG=lq_pad // q_scale.shape[-1] if quant else block_q, D_PAD=d_pad,
         QUANT=quant, CAUSAL=is_causal, PV_SKIP=pv_threshold is not None, LAM_PER_HEAD=lam_h,
         # fp32 operands: exact fp32 products (TF32 would break the SDPA equivalence); fp16/bf16 ignore it.
-        PRECISION="ieee" if v.dtype == torch.float32 else "tf32",
-        num_warps=_fwd_warps(d_pad, v.dtype == torch.float32), num_stages=3,
+        PRECISION="ieee" if exact_fp32 else "tf32",
+        num_warps=_fwd_warps(d_pad, exact_fp32), num_stages=3,
     )  # fmt: skip
     return o, skip
 
@@ -600,11 +601,6 @@ class CompiledVariant:
     num_warps: int
     shared_bytes: int
     sass: dict[str, int]
-
-    @property
-    def spills(self) -> int:
-        """Local-memory instructions (``STL`` + ``LDL``): non-zero means the kernel spills registers."""
-        return self.sass.get("STL", 0) + self.sass.get("LDL", 0)
 
 
 def _sass_counts(cubin: bytes) -> dict[str, int]:
