@@ -18,6 +18,7 @@ from icml25.causal_discovery.mag_listing import (
     MAG,
     PAG,
     TAIL,
+    BruteForceStats,
     InconsistentBackgroundKnowledge,
     ListingStats,
     MixedGraph,
@@ -202,6 +203,14 @@ def test_chain_gives_exactly_five_mags():
     got = {tuple(e[2:] for e in m.edges()) for m in list_mags(p)}
     want = {((T, A), (T, A)), ((A, T), (A, T)), ((A, T), (T, A)), ((A, A), (T, A)), ((A, T), (A, A))}
     assert got == want
+
+
+def test_bruteforce_stats_count_the_pruned_search():
+    # o-o chain 0 - 1 - 2: 3 x 3 edge types, minus the 2 x 2 with a collider at 1 the PAG lacks (pruned
+    # when the second edge is assigned): root + 3 + 5 nodes, 5 leaves tested, all 5 are MAGs.
+    stats = BruteForceStats()
+    mags = list_mags_bruteforce(pag_of(3, [(0, 1, C, C), (1, 2, C, C)]), stats=stats)
+    assert (stats.nodes, stats.leaves, stats.n_outputs, len(mags)) == (9, 5, 5, 5)
 
 
 @pytest.mark.parametrize(("k", "count"), [(3, 19), (4, 219)])

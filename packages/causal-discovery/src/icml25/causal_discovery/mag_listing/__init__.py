@@ -9,6 +9,7 @@ Marks use pcalg's ``amat.pag`` coding: ``marks[i, j]`` is the mark at j on ``i -
 """
 
 from icml25.causal_discovery.mag_listing.bruteforce import (
+    BruteForceStats,
     invariant_marks,
     list_mags_bruteforce,
     mec_bruteforce,
@@ -53,6 +54,7 @@ __all__ = [
     "NONE",
     "PAG",
     "TAIL",
+    "BruteForceStats",
     "InconsistentBackgroundKnowledge",
     "ListingStats",
     "MixedGraph",
