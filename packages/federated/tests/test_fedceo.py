@@ -24,7 +24,9 @@ from icml25.federated import (
     dirichlet_split,
     fedceo_smooth,
     iid_split,
+    load_federated_arrays,
     load_federated_digits,
+    load_federated_npz,
     make_mlp,
     matricize,
     noise_threshold,
@@ -394,6 +396,47 @@ def test_dirichlet_split_partition_and_skew() -> None:
     assert sum(len(y) for _, y in fd.clients) + len(fd.y_val) + len(fd.y_test) == 1797
 
 
+def test_npz_loader_equals_digits_and_keeps_a_given_test_split(tmp_path) -> None:
+    from sklearn.datasets import load_digits
+
+    x, y = load_digits(return_X_y=True)
+    path = tmp_path / "digits.npz"
+    np.savez(path, x=(x / 16.0).reshape(-1, 8, 8), y=y)  # images are flattened by the loader
+    a, b = load_federated_npz(path, 7, val_size=0.2, seed=3), load_federated_digits(7, val_size=0.2, seed=3)
+    for (xa, ya), (xb, yb) in zip(a.clients, b.clients, strict=True):
+        assert torch.equal(xa, xb) and torch.equal(ya, yb)
+    assert torch.equal(a.x_test, b.x_test) and torch.equal(a.y_val, b.y_val)
+    # a given test split is used as is; the class count comes from the labels
+    rng = np.random.default_rng(0)
+    xs, ys = rng.random((90, 5, 4)), np.arange(90) % 3
+    np.savez(tmp_path / "given.npz", x=xs, y=ys, x_test=xs[:9], y_test=ys[:9])
+    fd = load_federated_npz(tmp_path / "given.npz", 4, split="dirichlet", alpha=1.0, seed=0)
+    assert (fd.n_features, fd.n_classes, len(fd.y_test)) == (20, 3, 9)
+    assert torch.equal(fd.x_test, torch.as_tensor(xs[:9].reshape(9, 20), dtype=torch.float32))
+    assert sum(len(c[1]) for c in fd.clients) == 90
+    np.savez(tmp_path / "bad.npz", images=xs, y=ys)
+    with pytest.raises(ValueError, match="must hold arrays 'x' and 'y', got \\['images', 'y'\\]"):
+        load_federated_npz(tmp_path / "bad.npz")
+
+
+def test_experiment_runs_on_a_local_dataset(tmp_path) -> None:
+    """The P50 protocol on a user's .npz (here 3 classes, 12 features): the MLP adapts to the data."""
+    from icml25.federated.experiments.fedceo import fedceo_config, model_fn_for
+
+    rng = np.random.default_rng(0)
+    y = np.arange(240) % 3
+    x = rng.normal(size=(240, 12)) + 2.0 * np.eye(3)[y] @ rng.normal(size=(3, 12))
+    np.savez(tmp_path / "toy.npz", x=x, y=y)
+    data = load_federated_npz(tmp_path / "toy.npz", 6, seed=0)
+    model = model_fn_for(data)()
+    assert [tuple(p.shape) for p in model.parameters()] == [(64, 12), (3, 64)]
+    dp = DPConfig("user", 0.1, 0.5)
+    hist = FedCEOServer(
+        data, fedceo_config(0.5, dp, data), clients_per_round=3, dp=dp, model_fn=model_fn_for(data), seed=0
+    ).fit(5)
+    assert hist.test_acc[-1] > 0.6 and 4 in hist.smoothing_rounds  # learns; smoothed after round 5
+
+
 # ------------------------------------------------------------------------------------ bad input
 
 
@@ -443,6 +486,23 @@ def test_bad_inputs_raise_clear_errors() -> None:
         fedceo_smooth([{"w": torch.ones(2)}] * 2, {"w": -1.0})
     with pytest.raises(ValueError, match="n_examples"):
         upload_noise_std(DPConfig("user", 1.0), LocalTrainConfig(), 0)
+    x, y = np.zeros((10, 3)), np.arange(10) % 2
+    with pytest.raises(ValueError, match=r"y must be \[10\] non-negative integer"):
+        load_federated_arrays(x, y[:9], 2)
+    with pytest.raises(ValueError, match="y must be"):
+        load_federated_arrays(x, y.astype(float), 2)
+    with pytest.raises(ValueError, match="x must be a non-empty numeric array"):
+        load_federated_arrays(np.zeros(10), y, 2)
+    with pytest.raises(ValueError, match="x must be finite"):
+        load_federated_arrays(np.full((10, 3), np.nan), y, 2)
+    with pytest.raises(ValueError, match="given together"):
+        load_federated_arrays(x, y, 2, x_test=x)
+    with pytest.raises(ValueError, match="x_test must have 3 features"):
+        load_federated_arrays(x, y, 2, x_test=np.zeros((4, 2)), y_test=y[:4])
+    with pytest.raises(ValueError, match="test_size"):
+        load_federated_arrays(x, y, 2, test_size=1.5)
+    with pytest.raises(TypeError, match="path must be"):
+        load_federated_npz(3, 2)  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------------- reproduction

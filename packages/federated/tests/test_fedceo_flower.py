@@ -134,15 +134,15 @@ def test_flower_simulation_matches_plain_loop() -> None:
         CLIP,
         SIGMA,
         TRAIN,
-        _model_fn,
         fedceo_config,
+        model_fn_for,
     )
 
     rounds = 10
     data = load_federated_digits(20, seed=0)
     dp = DPConfig("user", SIGMA, CLIP)
     cfg = fedceo_config(0.5, dp, data)
-    kw = dict(clients_per_round=CLIENTS_PER_ROUND, train=TRAIN, dp=dp, model_fn=_model_fn)
+    kw = dict(clients_per_round=CLIENTS_PER_ROUND, train=TRAIN, dp=dp, model_fn=model_fn_for(data))
     plain = [FedCEOServer(data, cfg, seed=s, **kw).fit(rounds).test_acc[-1] for s in range(3)]
     # Ray gives its raylet a fixed 30 s to register with the GCS: on a heavily loaded machine the start fails.
     strategy = run_flower_simulation(data, rounds=rounds, fedceo=cfg, seed=0, **kw)
@@ -165,21 +165,22 @@ def test_flower_grpc_server_with_real_clients_matches_plain_loop() -> None:
     from flwr.compat.server.app import start_server
     from flwr.server import ServerConfig
 
-    from icml25.federated.experiments.fedceo import CLIP, SIGMA, TRAIN, _model_fn, fedceo_config
+    from icml25.federated.experiments.fedceo import CLIP, SIGMA, TRAIN, fedceo_config, model_fn_for
     from icml25.federated.training import evaluate
 
     n, m, rounds = 10, 5, 6
     data = load_federated_digits(n, seed=0)
+    model_fn = model_fn_for(data)
     dp = DPConfig("user", SIGMA, CLIP)
     cfg = dataclasses.replace(fedceo_config(0.5, dp, data), interval=3)
     plain = [
-        FedCEOServer(data, cfg, clients_per_round=m, train=TRAIN, dp=dp, model_fn=_model_fn, seed=s)
+        FedCEOServer(data, cfg, clients_per_round=m, train=TRAIN, dp=dp, model_fn=model_fn, seed=s)
         .fit(rounds)
         .test_acc[-1]
         for s in range(3)
     ]
     torch.manual_seed(0)
-    model = _model_fn()
+    model = model_fn()
     strategy = FedCEOStrategy(
         cfg,
         model.state_dict(),
@@ -200,7 +201,7 @@ def test_flower_grpc_server_with_real_clients_matches_plain_loop() -> None:
                 break
             except OSError:
                 time.sleep(0.2)
-        c = FedCEONumPyClient(k, *data.clients[k], _model_fn, TRAIN, dp, seed=0)
+        c = FedCEONumPyClient(k, *data.clients[k], model_fn, TRAIN, dp, seed=0)
         start_client(server_address=f"127.0.0.1:{port}", client=c.to_client(), insecure=True)
 
     threads = [threading.Thread(target=client, args=(k,), daemon=True) for k in range(n)]

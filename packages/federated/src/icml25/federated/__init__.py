@@ -6,7 +6,14 @@ implemented paper is re-exported here.
 
 from typing import Any
 
-from icml25.federated.data import FederatedData, dirichlet_split, iid_split, load_federated_digits
+from icml25.federated.data import (
+    FederatedData,
+    dirichlet_split,
+    iid_split,
+    load_federated_arrays,
+    load_federated_digits,
+    load_federated_npz,
+)
 from icml25.federated.dp import DPConfig, FederatedPrivacyLedger, RDPAccountant, clip_update, privatize_update
 from icml25.federated.fedceo import (
     FedAvgAggregator,
@@ -56,7 +63,9 @@ __all__ = [  # noqa: RUF022 (grouped by paper)
     "dirichlet_split",
     "fedceo_smooth",
     "iid_split",
+    "load_federated_arrays",
     "load_federated_digits",
+    "load_federated_npz",
     "make_mlp",
     "matricize",
     "noise_threshold",

@@ -1,18 +1,29 @@
-"""Federated data utilities: IID and Dirichlet label-skew splits of sklearn's bundled digits.
+"""Federated data utilities: IID and Dirichlet label-skew splits of any labelled array data.
 
 Shared by the federated experiments of this package (FedCEO, P50; reusable by FedGO, P10). Nothing is
-downloaded: ``sklearn.datasets.load_digits`` ships with scikit-learn (1797 images of 8×8 pixels, 10 classes).
+downloaded: ``load_federated_digits`` uses sklearn's bundled digits (1797 images of 8×8 pixels, 10
+classes); ``load_federated_arrays`` splits arrays the caller already holds, and ``load_federated_npz``
+reads them from a ``.npz`` file (e.g. EMNIST or CIFAR-10 exported once by the user).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["FederatedData", "dirichlet_split", "iid_split", "load_federated_digits"]
+__all__ = [
+    "FederatedData",
+    "dirichlet_split",
+    "iid_split",
+    "load_federated_arrays",
+    "load_federated_digits",
+    "load_federated_npz",
+]
 
 
 def _check_int(name: str, x: object, lo: int) -> None:
@@ -72,12 +83,13 @@ def dirichlet_split(
 
 @dataclass
 class FederatedData:
-    """Client partitions plus held-out validation and test sets (float32 features in [0, 1]).
+    """Client partitions plus held-out validation and test sets (float32 features, int64 labels).
 
     Attributes:
-        clients: K pairs ``(x [n_k, 64], y [n_k])``.
+        clients: K pairs ``(x [n_k, d], y [n_k])``.
         x_val, y_val: validation set (for hyper-parameter selection), possibly empty.
         x_test, y_test: test set.
+        n_classes: number of classes (labels are ``0 .. n_classes - 1``).
     """
 
     clients: list[tuple[Tensor, Tensor]]
@@ -85,46 +97,85 @@ class FederatedData:
     y_val: Tensor
     x_test: Tensor
     y_test: Tensor
+    n_classes: int = 10
 
     @property
     def n_features(self) -> int:
         return int(self.x_test.shape[1])
 
-    @property
-    def n_classes(self) -> int:
-        return 10
+
+def _check_fraction(name: str, frac: object) -> None:
+    if isinstance(frac, bool) or not isinstance(frac, (int, float)) or not 0 <= frac < 1:
+        raise ValueError(f"{name} must be a fraction in [0, 1), got {frac!r}")
 
 
-def load_federated_digits(
+def _as_features(x: object, name: str) -> np.ndarray:
+    """``[n, ...]`` numeric array → ``[n, d]`` float32 (images are flattened)."""
+    a = np.asarray(x)
+    if a.ndim < 2 or a.shape[0] == 0 or not (np.issubdtype(a.dtype, np.number) or a.dtype == bool):
+        raise ValueError(
+            f"{name} must be a non-empty numeric array [n, d] or [n, *image], got {a.dtype} {a.shape}"
+        )
+    a = a.reshape(a.shape[0], -1).astype(np.float32)
+    if not np.isfinite(a).all():
+        raise ValueError(f"{name} must be finite, got NaN or inf entries")
+    return a
+
+
+def _as_labels(y: object, n: int, name: str) -> np.ndarray:
+    a = np.asarray(y)
+    if a.shape != (n,) or not np.issubdtype(a.dtype, np.integer) or (a.size and a.min() < 0):
+        raise ValueError(f"{name} must be [{n}] non-negative integer class ids, got {a.dtype} {a.shape}")
+    return a.astype(np.int64)
+
+
+def load_federated_arrays(
+    x: np.ndarray,
+    y: np.ndarray,
     n_clients: int = 20,
     *,
+    x_test: np.ndarray | None = None,
+    y_test: np.ndarray | None = None,
     split: str = "iid",
     alpha: float = 0.5,
     test_size: float = 0.3,
     val_size: float = 0.0,
     seed: int = 0,
 ) -> FederatedData:
-    """sklearn digits, stratified train/test (and optional validation) split, train part spread over clients.
+    """Spread labelled arrays over clients, holding out test (and optional validation) samples.
 
     Args:
+        x: ``[n, d]`` features or ``[n, *image]`` (flattened to ``[n, d]``), already scaled as the model
+            expects (no normalisation is applied).
+        y: ``[n]`` integer labels ``0 .. n_classes - 1``.
         n_clients: K ≥ 1.
+        x_test, y_test: a given test split (as for EMNIST/CIFAR-10); if ``None``, a stratified
+            ``test_size`` fraction of ``(x, y)`` is held out.
         split: ``"iid"`` or ``"dirichlet"`` (label skew with concentration ``alpha``).
         alpha: Dirichlet concentration (``split="dirichlet"`` only).
-        test_size: fraction of all samples held out for testing.
-        val_size: fraction of the remaining training samples held out for validation.
+        test_size: fraction held out for testing when no test split is given.
+        val_size: fraction of the remaining training samples held out for validation (stratified).
         seed: seeds the splits.
     """
-    from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
 
     if split not in ("iid", "dirichlet"):
         raise ValueError(f"split must be 'iid' or 'dirichlet', got {split!r}")
-    for name, frac in (("test_size", test_size), ("val_size", val_size)):
-        if not isinstance(frac, (int, float)) or not 0 <= frac < 1:
-            raise ValueError(f"{name} must be a fraction in [0, 1), got {frac!r}")
-    x, y = load_digits(return_X_y=True)
-    x = (x / 16.0).astype(np.float32)
-    x_tr, x_te, y_tr, y_te = train_test_split(x, y, test_size=test_size, random_state=seed, stratify=y)
+    _check_fraction("test_size", test_size)
+    _check_fraction("val_size", val_size)
+    x_tr = _as_features(x, "x")
+    y_tr = _as_labels(y, x_tr.shape[0], "y")
+    if (x_test is None) != (y_test is None):
+        raise ValueError("x_test and y_test must be given together, got only one of them")
+    if x_test is None:
+        x_tr, x_te, y_tr, y_te = train_test_split(
+            x_tr, y_tr, test_size=test_size, random_state=seed, stratify=y_tr
+        )
+    else:
+        x_te = _as_features(x_test, "x_test")
+        y_te = _as_labels(y_test, x_te.shape[0], "y_test")
+        if x_te.shape[1] != x_tr.shape[1]:
+            raise ValueError(f"x_test must have {x_tr.shape[1]} features like x, got {x_te.shape[1]}")
     if val_size > 0:
         x_tr, x_va, y_tr, y_va = train_test_split(
             x_tr, y_tr, test_size=val_size, random_state=seed, stratify=y_tr
@@ -137,8 +188,8 @@ def load_federated_digits(
     else:
         parts = dirichlet_split(y_tr, n_clients, alpha, rng)
 
-    def t(a: np.ndarray, y: bool = False) -> Tensor:
-        return torch.as_tensor(a, dtype=torch.long if y else torch.float32)
+    def t(a: np.ndarray, labels: bool = False) -> Tensor:
+        return torch.as_tensor(a, dtype=torch.long if labels else torch.float32)
 
     return FederatedData(
         clients=[(t(x_tr[p]), t(y_tr[p], True)) for p in parts],
@@ -146,4 +197,56 @@ def load_federated_digits(
         y_val=t(y_va, True),
         x_test=t(x_te),
         y_test=t(y_te, True),
+        n_classes=int(max(y_tr.max(), y_te.max())) + 1,
+    )
+
+
+def load_federated_npz(path: str | os.PathLike[str], n_clients: int = 20, **kwargs: Any) -> FederatedData:
+    """:func:`load_federated_arrays` on the arrays of a ``.npz`` file (read locally, nothing downloaded).
+
+    The file holds ``x`` and ``y`` and, optionally, ``x_test`` and ``y_test`` (a given test split), e.g.
+    ``np.savez(path, x=train_images / 255.0, y=train_labels, x_test=test_images / 255.0, y_test=test_labels)``.
+    ``kwargs`` go to :func:`load_federated_arrays` (``split``, ``alpha``, ``test_size``, ``val_size``, ``seed``).
+    """
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+    with np.load(path, allow_pickle=False) as f:
+        missing = {"x", "y"} - set(f.files)
+        if missing:
+            raise ValueError(f"{os.fspath(path)!r} must hold arrays 'x' and 'y', got {sorted(f.files)}")
+        arrays = {k: f[k] for k in ("x", "y", "x_test", "y_test") if k in f.files}
+    return load_federated_arrays(arrays.pop("x"), arrays.pop("y"), n_clients, **arrays, **kwargs)
+
+
+def load_federated_digits(
+    n_clients: int = 20,
+    *,
+    split: str = "iid",
+    alpha: float = 0.5,
+    test_size: float = 0.3,
+    val_size: float = 0.0,
+    seed: int = 0,
+) -> FederatedData:
+    """sklearn digits scaled to [0, 1] (``[1797, 64]``), split by :func:`load_federated_arrays`.
+
+    Args:
+        n_clients: K ≥ 1.
+        split: ``"iid"`` or ``"dirichlet"`` (label skew with concentration ``alpha``).
+        alpha: Dirichlet concentration (``split="dirichlet"`` only).
+        test_size: fraction of all samples held out for testing.
+        val_size: fraction of the remaining training samples held out for validation.
+        seed: seeds the splits.
+    """
+    from sklearn.datasets import load_digits
+
+    x, y = load_digits(return_X_y=True)
+    return load_federated_arrays(
+        x / 16.0,
+        y,
+        n_clients,
+        split=split,
+        alpha=alpha,
+        test_size=test_size,
+        val_size=val_size,
+        seed=seed,
     )
