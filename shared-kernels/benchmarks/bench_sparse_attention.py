@@ -93,55 +93,19 @@ def check(device: str) -> None:
         )
 
 
-_METADATA_OPS = {  # aten ops that launch nothing (views, allocations)
-    "empty", "empty_strided", "view", "_unsafe_view", "detach", "alias", "expand", "unsqueeze", "squeeze",
-    "transpose", "t", "permute", "as_strided", "slice", "select", "lift_fresh",
-}  # fmt: skip
-
-
 def launches(device: str) -> None:
     """Record one Triton-path call: Triton kernels launched, other aten kernels, host syncs."""
     if device != "cuda":
         import os
 
         os.environ.setdefault("TRITON_INTERPRET", "1")  # must precede the first triton import
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    from icml25.kernels.sparse_attention import triton as tri
-
-    class Recorder(TorchDispatchMode):
-        def __init__(self) -> None:
-            super().__init__()
-            self.ops: list[str] = []
-            self.paused = False
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if not self.paused:
-                self.ops.append(func.overloadpacket.__name__)
-            return func(*args, **(kwargs or {}))
-
-    launcher = type(tri._sparge_fwd_kernel)
-    original, kernels, rec = launcher.run, [], Recorder()
-
-    def run(self, *args, **kwargs):
-        rec.paused = True
-        kernels.append(self.fn.__name__)
-        try:
-            return original(self, *args, **kwargs)
-        finally:
-            rec.paused = False
+    from icml25.kernels.sparse_attention.triton import record_launches
 
     length, dim = (1024, 128) if device == "cuda" else (64, 32)
     blocks = {"block_q": 128, "block_k": 64} if device == "cuda" else {"block_q": 16, "block_k": 16}
     q, k, v = clustered(length, 2, dim, device, torch.float16 if device == "cuda" else torch.float32)
     sparge_attention(q, k, v, backend="triton", **blocks)  # warm-up (compilation)
-    launcher.run = run
-    try:
-        with rec:
-            sparge_attention(q, k, v, backend="triton", **blocks)
-    finally:
-        launcher.run = original
-    torch_ops = [op for op in rec.ops if op not in _METADATA_OPS]
+    torch_ops, kernels = record_launches(lambda: sparge_attention(q, k, v, backend="triton", **blocks))
     syncs = sum(op in ("_local_scalar_dense", "nonzero") for op in torch_ops)
     print(f"one sparge_attention call (triton): Triton launches {kernels}; torch kernels {torch_ops}; "
           f"host syncs (.item()/bool()/nonzero) {syncs}")  # fmt: skip

@@ -521,54 +521,14 @@ def test_triton_int8_quant_granularity_matches_reference(gran):
     assert relative_l1(o_t, _sdpa(q, k, v, False)) < 0.02
 
 
-_NO_KERNEL = {  # aten ops that only make metadata (views, allocations): no device work, no launch
-    "empty", "empty_strided", "view", "_unsafe_view", "detach", "alias", "expand", "unsqueeze", "squeeze",
-    "transpose", "t", "permute", "as_strided", "slice", "select", "lift_fresh",
-}  # fmt: skip
-
-
-def _record(fn):
-    """Run ``fn`` recording every aten op outside Triton launches, and the Triton kernels launched."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    from icml25.kernels.sparse_attention import triton as tri
-
-    class Recorder(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.ops, self.paused = [], False
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if not self.paused:
-                self.ops.append(func.overloadpacket.__name__)
-            return func(*args, **(kwargs or {}))
-
-    launcher = type(tri._sparge_fwd_kernel)  # InterpretedFunction under TRITON_INTERPRET=1, else JITFunction
-    original, launches, rec = launcher.run, [], Recorder()
-
-    def run(self, *args, **kwargs):  # the interpreter's own host copies are not the op's work
-        rec.paused = True
-        launches.append(self.fn.__name__)
-        try:
-            return original(self, *args, **kwargs)
-        finally:
-            rec.paused = False
-
-    launcher.run = run
-    try:
-        with rec:
-            fn()
-    finally:
-        launcher.run = original
-    return [op for op in rec.ops if op not in _NO_KERNEL], launches
-
-
 @needs_triton
 def test_triton_path_never_syncs_and_launches_four_kernels():
     """Structural check of the GPU hot path, run on CPU: no aten op that reads a device value back to the host
     (``.item()``/``bool()``/``.tolist()`` all lower to ``_local_scalar_dense``; ``nonzero`` has a data-dependent
     size), and exactly K-mean + 3 Triton launches per call. Actual launch latency and timing still have to be
     measured on a GPU (``benchmarks/bench_sparse_attention.py``)."""
+    from icml25.kernels.sparse_attention.triton import record_launches
+
     q, k, v = _clustered(2, 1, 32, 48, 32)
     per_head = {"sim_threshold": torch.tensor([0.1, 0.2]), "pv_threshold": torch.tensor([3.0, 4.0]),
                 "cdf_threshold": None, "topk": torch.tensor([0.5, 1.0])}  # fmt: skip
@@ -582,22 +542,24 @@ def test_triton_path_never_syncs_and_launches_four_kernels():
         ),
     }
     for name, call in calls.items():
-        ops, launches = _record(call)
+        ops, launches = record_launches(call)
         assert launches == ["_qk_stats_kernel", "_select_lut_kernel", "_sparge_fwd_kernel"], name
         assert ops == ["mean"], (name, ops)  # the K mean for smoothing is the only torch kernel
     mask = torch.ones(1, 2, 2, 3, dtype=torch.bool, device=TRITON_DEVICE)
-    ops, launches = _record(
+    ops, launches = record_launches(
         lambda: block_sparse_attention(
             q, k, v, mask, is_causal=True, pv_threshold=5.0, block_q=16, block_k=16, backend="triton"
         )
     )
     assert launches == ["_mask_to_lut_kernel", "_qk_stats_kernel", "_sparge_fwd_kernel"] and ops == ["mean"]
-    ops, launches = _record(lambda: predict_block_mask(q, k, block_q=16, block_k=16, backend="triton"))
+    ops, launches = record_launches(
+        lambda: predict_block_mask(q, k, block_q=16, block_k=16, backend="triton")
+    )
     assert launches == ["_qk_stats_kernel", "_select_lut_kernel"] and ops == ["mean"]
     # The recorder does see a sync when there is one: the reference path (and return_stats) read counts back.
-    ops, _ = _record(lambda: sparge_attention(q, k, v, block_q=16, block_k=16, backend="reference"))
+    ops, _ = record_launches(lambda: sparge_attention(q, k, v, block_q=16, block_k=16, backend="reference"))
     assert "_local_scalar_dense" in ops
-    ops, _ = _record(
+    ops, _ = record_launches(
         lambda: sparge_attention(q, k, v, block_q=16, block_k=16, backend="triton", return_stats=True)
     )
     assert "_local_scalar_dense" in ops and "nonzero" not in ops

@@ -18,11 +18,13 @@ Triton kernels of the SpargeAttn op (imported only when the Triton backend is se
 ``block_sparse_attention`` (a given mask) replaces launch 3 by ``_mask_to_lut_kernel``. Hyper-parameters
 given as floats travel as kernel scalars (no fill kernels, no host→device copies); per-head ``[H]`` tensors
 as pointers. The math is specified by ``reference.py``; tests compare both under ``TRITON_INTERPRET=1`` and
-check, by recording the aten ops of a call, that nothing here reads a device value back to the host.
+check, by recording the aten ops of a call (:func:`record_launches`), that nothing here reads a device value
+back to the host.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -581,6 +583,54 @@ def sparse_flash_forward(
 
 
 # ------------------------------------------------------------------------------ ahead-of-time compilation
+
+# aten ops that only make metadata (views, allocations): no device work, no launch
+_METADATA_OPS = frozenset({
+    "empty", "empty_strided", "view", "_unsafe_view", "detach", "alias", "expand", "unsqueeze", "squeeze",
+    "transpose", "t", "permute", "as_strided", "slice", "select", "lift_fresh",
+})  # fmt: skip
+
+
+def record_launches(fn: Callable[[], object]) -> tuple[list[str], list[str]]:
+    """Run ``fn()`` and return ``(torch_ops, triton_kernels)``: the aten ops it dispatched outside Triton
+    launches (metadata-only ops left out) and the names of the Triton kernels it launched, in order.
+
+    A host sync shows up as ``_local_scalar_dense`` (``.item()``, ``bool()``, ``.tolist()``) or ``nonzero``
+    (a data-dependent size). Works on the real launcher and under ``TRITON_INTERPRET=1``, whose own host
+    copies inside a launch are not recorded (they are not the op's work).
+    """
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Recorder(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops: list[str] = []
+            self.paused = False
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if not self.paused:
+                self.ops.append(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    launcher = type(_sparge_fwd_kernel)  # InterpretedFunction under TRITON_INTERPRET=1, else JITFunction
+    original, launches, rec = launcher.run, [], Recorder()
+
+    def run(self, *args, **kwargs):
+        rec.paused = True
+        launches.append(self.fn.__name__)
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            rec.paused = False
+
+    launcher.run = run
+    try:
+        with rec:
+            fn()
+    finally:
+        launcher.run = original
+    return [op for op in rec.ops if op not in _METADATA_OPS], launches
+
 
 # SASS opcodes that tell how a kernel uses the GPU: tensor-core MMAs (INT8 / fp16-bf16, sm_80 ``mma.sync``
 # and sm_90 ``wgmma`` forms), ``cp.async`` global->shared copies (the software pipeline of K/V tiles) and
