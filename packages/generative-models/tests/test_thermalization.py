@@ -395,15 +395,6 @@ def test_mean_free_thermalizer_and_mean_conserving_emulator_keep_the_spatial_mea
         torch.testing.assert_close(emu(x).mean(-1), x.mean(-1), rtol=1e-5, atol=1e-5)
 
 
-def test_reproduction_pins_and_restores_the_thread_count():
-    from icml25.generative_models.experiments.thermalization import _single_thread
-
-    before = torch.get_num_threads()
-    with _single_thread():
-        assert torch.get_num_threads() == 1
-    assert torch.get_num_threads() == before
-
-
 # --------------------------------------------------------------------------------------------------------
 # Reproduction
 # --------------------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from icml25.kernels import torch_threads
 from icml25.rl import (
     FlatAgent,
     GASAgent,
@@ -39,7 +40,7 @@ SNAKE_PATH += [(5, c) for c in range(1, 6)]
 @pytest.fixture(autouse=True, scope="module")
 def _one_thread():
     # Tiny networks: one intra-op thread is fastest and avoids oversubscribing CI's 2 cores.
-    with experiment.torch_threads(1):
+    with torch_threads(1):
         yield
 
 

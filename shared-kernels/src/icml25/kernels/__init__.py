@@ -8,7 +8,16 @@ dispatches through :func:`select_backend` (Triton for CUDA tensors, reference ot
 
 from icml25.kernels._dispatch import BACKEND_ENV, select_backend, triton_available, triton_interpret
 from icml25.kernels.report import Report
+from icml25.kernels.threads import torch_threads
 
 __version__ = "0.1.0"
 
-__all__ = ["BACKEND_ENV", "Report", "__version__", "select_backend", "triton_available", "triton_interpret"]
+__all__ = [
+    "BACKEND_ENV",
+    "Report",
+    "__version__",
+    "select_backend",
+    "torch_threads",
+    "triton_available",
+    "triton_interpret",
+]

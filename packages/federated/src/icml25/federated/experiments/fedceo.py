@@ -36,7 +36,7 @@ from icml25.federated.dp import DPConfig
 from icml25.federated.fedceo import FedCEOConfig
 from icml25.federated.server import DPFedAvgServer, FedCEOServer, History
 from icml25.federated.training import LocalTrainConfig, make_mlp, upload_noise_std
-from icml25.kernels import Report
+from icml25.kernels import Report, torch_threads
 
 N_CLIENTS, CLIENTS_PER_ROUND = 20, 10
 HIDDEN = 64
@@ -142,12 +142,8 @@ def run(
     calibrated on digits (change ``SIGMA``/``CLIP`` to recalibrate).
     """
     # The matrices are tiny: one intra-op thread is fastest and makes results thread-count independent.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         return _run_experiment(quick, seed, out_dir, data_path)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _load(data_path: str | Path | None, seed: int) -> FederatedData:

@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -50,7 +48,7 @@ from icml25.generative_models.thermalizer import (
     periodic_symmetry_augment,
     thermalized_rollout,
 )
-from icml25.kernels import Report
+from icml25.kernels import Report, torch_threads
 
 CLAIM = (
     "Denoising an autoregressive emulator's rollout on the fly with a diffusion model of the invariant "
@@ -228,22 +226,6 @@ def _rollout_metrics(res: RolloutResult, truth: np.ndarray, band, log_ref, modes
     return dict(stable=stable, rmse=rmse, mse5=mse5, fire_rate=float(fired.mean()), energy=energy)
 
 
-@contextmanager
-def _single_thread() -> Iterator[None]:
-    """Run torch on one intra-op thread, then restore the caller's setting.
-
-    The models are tiny, so extra threads only add synchronisation; and a chaotic rollout amplifies the
-    last-bit differences that a different thread count gives to reductions, so pinning the count makes
-    the reproduction bit-identical on every machine (the project's determinism rule).
-    """
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def _build_thermalizer(cfg: dict) -> Thermalizer:
     T = cfg["T"]
     if cfg["eps_net"] == "conv":
@@ -260,7 +242,9 @@ def _build_thermalizer(cfg: dict) -> Thermalizer:
 
 def run(quick: bool = True, seed: int = 0, out_dir: str | Path | None = None) -> Report:
     """Train emulator + thermalizer on KS and compare thermalized vs plain rollouts (see module doc)."""
-    with _single_thread():
+    # One thread: tiny models, and a chaotic rollout amplifies the last-bit differences another thread
+    # count gives reductions, so pinning it keeps the reproduction bit-identical on every machine.
+    with torch_threads(1):
         return _run(CONFIGS[bool(quick)], bool(quick), seed, out_dir)
 
 

@@ -20,10 +20,9 @@ has lower FVU; (4) uncapped MSAE cosine ≥ 0.95. Quick: (1) with 0.95 and (2) w
 
 from __future__ import annotations
 
-import contextlib
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -40,22 +39,11 @@ from icml25.interpretability.sae import (
     sparse_dictionary_data,
     train_sae,
 )
-from icml25.kernels import Report
+from icml25.kernels import Report, torch_threads
 
 EVAL_KS = [4, 8, 16, 32, 64]
 MSAE_KS = [4, 8, 16, 32, 64, 128, 256]
 D_IN, D_SAE = 64, 256
-
-
-@contextlib.contextmanager
-def _single_thread() -> Iterator[None]:
-    """These matmuls are tiny: one thread avoids oversubscription on a shared 2-core machine."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
 
 
 def _config(quick: bool) -> dict:
@@ -124,7 +112,7 @@ def run(quick: bool = True, seed: int = 0, out_dir: str | Path | None = None) ->
     np.random.seed(seed)  # noqa: NPY002  (contract: run(seed) seeds torch, numpy and random)
     torch.manual_seed(seed)
     t0 = time.perf_counter()
-    with _single_thread():
+    with torch_threads(1):  # tiny matmuls: one thread avoids oversubscribing CI's 2 cores
         X_train, dictionary = sparse_dictionary_data(cfg["n_train"], D_IN, seed=seed)
         X_test, _ = sparse_dictionary_data(cfg["n_test"], D_IN, seed=seed + 10_000, dictionary=dictionary)
         norm = ActivationNormalizer("msae").fit(X_train)

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +28,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from icml25.kernels import Report
+from icml25.kernels import Report, torch_threads
 from icml25.rl.gas import FlatAgent, GASAgent, PolicyConfig, TDRConfig, train_policy, train_tdr
 from icml25.rl.maze import GridMaze, generate_stitch_dataset
 
@@ -65,21 +63,6 @@ FULL = Setting(
 QUICK = Setting(
     "snake7", n_trajectories=300, tdr_steps=400, policy_steps=400, n_pairs=10, min_pair_distance=10, hidden=64
 )
-
-
-@contextmanager
-def torch_threads(n: int) -> Iterator[None]:
-    """Run torch ops on ``n`` intra-op threads, restoring the previous setting afterwards.
-
-    The networks here are tiny, so extra threads only add synchronisation; on a shared or small CPU
-    (2 cores in CI) multi-threaded tiny matmuls are several times slower than single-threaded ones.
-    """
-    old = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
 
 
 def spearman(a: np.ndarray, b: np.ndarray) -> float:
