@@ -11,9 +11,12 @@ Pass pytest / tool arguments after ``--``: ``nox -s tests-rl -- -k gas -m slow``
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import nox
@@ -32,6 +35,10 @@ PACKAGES: dict[str, tuple[str, list[str]]] = {
     "federated": ("packages/federated", ["flower"]),
     "interpretability": ("packages/interpretability", []),
 }
+
+# CI budget (CONTRIBUTING.md): `bash .ci/run` <= 40 minutes on the 2-core machine; every session logs its
+# duration so the budget can be watched as papers are added.
+CI_BUDGET_MINUTES = 40
 
 nox.options.default_venv_backend = "uv"
 nox.options.error_on_missing_interpreters = True
@@ -57,6 +64,20 @@ def _use_local_wheelhouse() -> None:
 
 _use_local_wheelhouse()
 os.environ.setdefault("UV_PYTHON_DOWNLOADS", "never")
+
+
+def timed(fn: Callable[..., None]) -> Callable[..., None]:
+    """Log the session's wall time when it ends (passed or failed), e.g. ``tests-rl took 212 s``."""
+
+    @functools.wraps(fn)
+    def wrapper(session: nox.Session, *args, **kwargs) -> None:
+        start = time.perf_counter()
+        try:
+            fn(session, *args, **kwargs)
+        finally:
+            session.log(f"{session.name} took {time.perf_counter() - start:.0f} s")
+
+    return wrapper
 
 
 def _build_wheels(session: nox.Session, names: list[str]) -> dict[str, str]:
@@ -85,6 +106,7 @@ def _install_packages(session: nox.Session, names: list[str]) -> None:
 
 
 @nox.session
+@timed
 def lint(session: nox.Session) -> None:
     """ruff check + ruff format --check over the whole tree."""
     session.install("ruff>=0.6")
@@ -102,12 +124,14 @@ def _tests(session: nox.Session, name: str) -> None:
         "python", "-c", f"import icml25.{area} as m, sys; sys.exit('site-packages' not in m.__file__)"
     )
     args = session.posargs or ["-m", "not slow"]
-    session.run("pytest", f"{folder}/tests", "-p", "no:cacheprovider", *args)
+    # --durations: the slowest tests, so a quick test that grew past its 20 s budget is visible in CI logs
+    session.run("pytest", f"{folder}/tests", "-p", "no:cacheprovider", "--durations=5", *args)
 
 
 for _name in PACKAGES:
 
     @nox.session(name=f"tests-{_name}")
+    @timed
     def _package_tests(session: nox.Session, _name: str = _name) -> None:
         _tests(session, _name)
 
@@ -115,16 +139,20 @@ for _name in PACKAGES:
 
 
 @nox.session
+@timed
 def integration(session: nox.Session) -> None:
-    """Cross-package checks (tests/): isolation, namespace, dependencies, catalog, downstream, reproduce."""
+    """Cross-package checks (tests/): isolation, namespace, dependencies, catalog + results ledger, downstream,
+    reproduce. Every wheel is installed (no extras) so the ledger check can ask each experiment module for the
+    threshold it states now."""
     wheels = _build_wheels(session, list(PACKAGES))
-    session.install("-c", CONSTRAINTS, *TEST_TOOLS, "mypy>=1.10", "tqdm>=4.60", wheels["kernels"])
+    session.install("-c", CONSTRAINTS, *TEST_TOOLS, "mypy>=1.10", "tqdm>=4.60", *wheels.values())
     session.env["ICML25_WHEELHOUSE"] = str(Path(next(iter(wheels.values()))).parent)
     session.env["UV_CONSTRAINT"] = CONSTRAINTS
     session.run("pytest", "tests", "-p", "no:cacheprovider", *session.posargs)
 
 
 @nox.session
+@timed
 def build(session: nox.Session) -> None:
     """All wheels and sdists into dist/."""
     shutil.rmtree(ROOT / "dist", ignore_errors=True)
@@ -134,14 +162,17 @@ def build(session: nox.Session) -> None:
 
 
 @nox.session
+@timed
 def reproduce(session: nox.Session) -> None:
-    """Run every paper's reproduction (quick; ``-- --full`` for full size) and write reports/REPORT.md."""
+    """Run every paper's reproduction (quick; ``-- --full`` for full size) and write reports/REPORT.md;
+    ``-- --full --record`` also writes the results ledger (results/<id>.json)."""
     _install_packages(session, list(PACKAGES))
     session.install("-c", CONSTRAINTS, "tqdm>=4.60")
     session.run("python", "tools/reproduce.py", *session.posargs)
 
 
 @nox.session
+@timed
 def bench(session: nox.Session) -> None:
     """Every benchmark script (shared-kernels/benchmarks, packages/*/benchmarks), on the current device."""
     _install_packages(session, list(PACKAGES))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -30,6 +31,8 @@ def scratch_repo(tmp_path: Path) -> Path:
     ]:
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / rel, tmp_path / rel)
+    if (ROOT / "results").is_dir():
+        shutil.copytree(ROOT / "results", tmp_path / "results")
     return tmp_path
 
 
@@ -76,4 +79,73 @@ def test_load_rejects_implemented_paper_without_entry_point(tmp_path: Path) -> N
     )
     (tmp_path / "catalog.toml").write_text(text)
     with pytest.raises(ValueError, match="P00: an implemented paper needs module"):
+        catalog.load(tmp_path / "catalog.toml")
+
+
+def test_ledger_matches_what_the_installed_experiments_state_now() -> None:
+    """Every implemented paper's recorded threshold is the one its experiment states (not stale)."""
+    assert catalog.ledger_problems(ROOT) == []
+
+
+def _implemented() -> list[catalog.Paper]:
+    return [p for p in catalog.load() if p.status == "implemented"]
+
+
+def test_a_changed_threshold_makes_the_ledger_entry_stale(scratch_repo: Path) -> None:
+    paper = _implemented()[0]
+    recorded = json.loads((scratch_repo / "results" / f"{paper.id}.json").read_text())["threshold"]
+    current = {p.id: json.loads((scratch_repo / "results" / f"{p.id}.json").read_text())["threshold"]
+               for p in _implemented()}  # fmt: skip
+    assert catalog.ledger_problems(scratch_repo, thresholds=current) == []
+    current[paper.id] = recorded.replace(">=", ">", 1) + " (tightened)"
+    problems = catalog.ledger_problems(scratch_repo, thresholds=current)
+    assert len(problems) == 1 and problems[0].startswith(f"results/{paper.id}.json is stale")
+
+
+def test_check_reports_an_implemented_paper_without_a_recorded_full_run(scratch_repo: Path) -> None:
+    paper = _implemented()[0]
+    (scratch_repo / "results" / f"{paper.id}.json").unlink()
+    catalog.write_readme(catalog.load(scratch_repo / "tools/catalog.toml"), scratch_repo / "README.md")
+    problems = catalog.check(scratch_repo)
+    assert problems == [
+        f"{paper.id}: implemented but no full run is recorded "
+        f"(python tools/reproduce.py --only {paper.id} --full --record)"
+    ]
+
+
+def test_check_reports_a_ledger_that_disagrees_with_the_expectation(scratch_repo: Path) -> None:
+    miss = next(p for p in _implemented() if p.expects_miss("full"))
+    path = scratch_repo / "results" / f"{miss.id}.json"
+    entry = json.loads(path.read_text())
+    path.write_text(json.dumps({**entry, "passed": True}))
+    catalog.write_readme(catalog.load(scratch_repo / "tools/catalog.toml"), scratch_repo / "README.md")
+    problems = catalog.check(scratch_repo)
+    assert any(line.startswith(f"{miss.id}: the catalog expects a known miss") for line in problems)
+
+
+def test_readme_table_shows_claim_measured_baseline_and_status_from_the_ledger() -> None:
+    table = catalog.render_table(catalog.load(), catalog.load_ledger(ROOT / "results"))
+    for paper in _implemented():
+        entry = json.loads((ROOT / "results" / f"{paper.id}.json").read_text())
+        row = next(line for line in table.splitlines() if line.startswith(f"| {paper.id} |"))
+        assert f"{entry['headline']} = " in row and f"results/{paper.id}.json" in row
+        assert ("known miss" in row) == paper.expects_miss("full")
+        assert ("reproduced" in row) == (not paper.expects_miss("full"))
+    for paper in (p for p in catalog.load() if p.expect == "miss"):
+        assert f"- **{paper.id}**" in table and paper.miss_reason in table
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ('expect = "miss"', "expect = 'miss' needs an implemented paper and a miss_reason"),
+        ('expect = "maybe"', "expect must be one of"),
+        ('miss_reason = "x"', "miss_reason given but expect = 'pass'"),
+    ],
+)
+def test_load_rejects_a_malformed_expectation(tmp_path: Path, fields: str, message: str) -> None:
+    text = (ROOT / "tools/catalog.toml").read_text()
+    anchor = 'entry_point = "icml25.rl.experiments.gas"'
+    (tmp_path / "catalog.toml").write_text(text.replace(anchor, f"{anchor}\n{fields}"))
+    with pytest.raises(ValueError, match=f"P05: {message}"):
         catalog.load(tmp_path / "catalog.toml")

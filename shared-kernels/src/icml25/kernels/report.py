@@ -25,6 +25,10 @@ class Report:
         baseline: key of ``metrics`` holding the baseline's value of the headline metric, if any.
         figures: PNG files written by the experiment.
         notes: anything a reader needs to interpret the numbers (scale, deviations from the paper).
+        checks: the pass rule as named conditions (``{"GAS success > flat baseline": True, ...}``);
+            when given, ``passed`` must equal ``all(checks.values())``, and the reproduce command and the
+            results ledger show which condition failed.
+        seeds: the seeds the numbers aggregate over (empty: the one ``seed`` passed to ``run``).
     """
 
     paper: str
@@ -36,6 +40,8 @@ class Report:
     baseline: str | None = None
     figures: list[Path] = field(default_factory=list)
     notes: str = ""
+    checks: dict[str, bool] = field(default_factory=dict)
+    seeds: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.headline not in self.metrics:
@@ -51,7 +57,20 @@ class Report:
                 raise TypeError(f"metrics[{key!r}] must be a float, got {type(value).__name__}")
             self.metrics[key] = float(value)
         self.passed = bool(self.passed)
+        self.checks = {str(name): bool(ok) for name, ok in self.checks.items()}
+        if self.checks and self.passed != all(self.checks.values()):
+            failed = [name for name, ok in self.checks.items() if not ok]
+            raise ValueError(
+                f"passed={self.passed} contradicts checks (failed: {failed or 'none'}); "
+                "passed must equal all(checks.values())"
+            )
         self.figures = [Path(f) for f in self.figures]
+        self.seeds = [int(s) for s in self.seeds]
+
+    @property
+    def failed_checks(self) -> list[str]:
+        """Names of the checks that did not hold (empty when all hold or none were given)."""
+        return [name for name, ok in self.checks.items() if not ok]
 
     def summary(self) -> str:
         """``<headline>=<value> (baseline <value>, threshold <rule>)``."""
