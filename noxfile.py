@@ -15,6 +15,7 @@ import functools
 import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,18 +23,15 @@ from pathlib import Path
 import nox
 
 ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT / "tools"))
+import workspace  # noqa: E402 - tools/workspace.py: the one list of distributions, read from the uv workspace
+
 CONSTRAINTS = str(ROOT / "constraints.txt")
 TEST_TOOLS = ["pytest>=8", "hypothesis>=6.100"]
 
-# distribution suffix -> (source folder, extras installed for its tests)
+# distribution suffix -> (source folder, extras installed for its tests), from the workspace's pyprojects
 PACKAGES: dict[str, tuple[str, list[str]]] = {
-    "kernels": ("shared-kernels", []),
-    "llm-efficiency": ("packages/llm-efficiency", ["hf"]),
-    "generative-models": ("packages/generative-models", []),
-    "causal-discovery": ("packages/causal-discovery", ["tigramite", "lingam", "causallearn"]),
-    "rl": ("packages/rl", []),
-    "federated": ("packages/federated", ["flower"]),
-    "interpretability": ("packages/interpretability", []),
+    name: (m.folder, list(m.test_extras)) for name, m in workspace.members(ROOT).items()
 }
 
 # CI budget (CONTRIBUTING.md): `bash .ci/run` <= 40 minutes on the 2-core machine; every session logs its

@@ -12,8 +12,11 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 
-AREAS = ["llm-efficiency", "generative-models", "causal-discovery", "rl", "federated", "interpretability"]
+import workspace  # noqa: E402 - tools/workspace.py, the one list of distributions
+
+AREAS = workspace.areas(ROOT)
 DISTRIBUTIONS = ["kernels", *AREAS]
+VERSION = workspace.version(ROOT)
 
 
 def uv(*args: str, **kwargs) -> subprocess.CompletedProcess:

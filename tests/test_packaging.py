@@ -9,7 +9,7 @@ from email.parser import Parser
 from pathlib import Path
 
 import pytest
-from conftest import AREAS, DISTRIBUTIONS, ROOT, uv, wheel_of
+from conftest import AREAS, DISTRIBUTIONS, ROOT, VERSION, uv, wheel_of
 
 
 def _metadata(wheel: Path):
@@ -37,7 +37,7 @@ def test_wheel_has_no_namespace_init_and_ships_py_typed(wheelhouse: Path, name: 
 @pytest.mark.parametrize("name", AREAS)
 def test_area_depends_on_kernels_by_range_and_on_no_other_area(wheelhouse: Path, name: str) -> None:
     meta = _metadata(wheel_of(wheelhouse, name))
-    assert meta["Version"] == "0.1.0"
+    assert meta["Version"] == VERSION
     requires = meta.get_all("Requires-Dist") or []
     icml = [r for r in requires if re.match(r"icml25-", r)]
     assert len(icml) == 1, f"icml25 requirements of icml25-{name}: {icml}"
@@ -69,7 +69,7 @@ def test_area_wheel_installs_alone(wheelhouse: Path, venv_factory, name: str) ->
     probe = (
         "import importlib, importlib.util, sys\n"
         f"m = importlib.import_module('icml25.{area}')\n"
-        "assert m.__version__ == '0.1.0'\n"
+        f"assert m.__version__ == {VERSION!r}\n"
         "import icml25.kernels\n"
         f"present = [o for o in {others!r} if importlib.util.find_spec('icml25.' + o) is not None]\n"
         "assert not present, present\n"

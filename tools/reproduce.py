@@ -122,20 +122,16 @@ class Outcome:
         return line
 
 
-def _fmt(x: float) -> str:
-    if math.isnan(x) or math.isinf(x):
-        return str(x)
-    return f"{x:.4g}"
-
-
 def _summary(report: Any) -> str:
-    summary = getattr(report, "summary", None)
-    if callable(summary):
-        return summary()
-    metrics = report.metrics
-    head = f"{report.headline}={_fmt(metrics[report.headline])}"
-    base = "n/a" if report.baseline is None else _fmt(metrics[report.baseline])
-    return f"{head} (baseline {base}, threshold {report.threshold})"
+    from icml25.kernels.report import summary_line
+
+    return summary_line(report)
+
+
+def _fmt(x: float) -> str:
+    from icml25.kernels.report import format_value
+
+    return format_value(x)
 
 
 def _failed_checks(report: Any) -> list[str]:

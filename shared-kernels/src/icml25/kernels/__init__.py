@@ -6,11 +6,13 @@ dispatches through :func:`select_backend` (Triton for CUDA tensors, reference ot
 ``ICML25_KERNELS_BACKEND=reference|triton`` forces one).
 """
 
+from importlib.metadata import version as _distribution_version
+
 from icml25.kernels._dispatch import BACKEND_ENV, select_backend, triton_available, triton_interpret
 from icml25.kernels.report import Report
 from icml25.kernels.threads import torch_threads
 
-__version__ = "0.1.0"
+__version__ = _distribution_version("icml25-kernels")
 
 __all__ = [
     "BACKEND_ENV",

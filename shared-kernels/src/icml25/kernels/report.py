@@ -7,8 +7,13 @@ reproduce command in ``tools/`` reads it by attribute only, so any object with t
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from icml25.kernels.experiment import Check
 
 
 @dataclass
@@ -67,6 +72,34 @@ class Report:
         self.figures = [Path(f) for f in self.figures]
         self.seeds = [int(s) for s in self.seeds]
 
+    @classmethod
+    def from_checks(
+        cls,
+        *,
+        paper: str,
+        claim: str,
+        checks: Sequence[Check],
+        metrics: Mapping[str, float],
+        headline: str,
+        baseline: str | None = None,
+        **kwargs: Any,
+    ) -> Report:
+        """A report whose threshold text and verdict are both built from one list of named checks."""
+        from icml25.kernels.experiment import evaluate_checks, threshold_text
+
+        results = evaluate_checks(checks, metrics)
+        return cls(
+            paper=paper,
+            claim=claim,
+            threshold=threshold_text(checks),
+            passed=all(results.values()),
+            metrics=dict(metrics),
+            headline=headline,
+            baseline=baseline,
+            checks=results,
+            **kwargs,
+        )
+
     @property
     def failed_checks(self) -> list[str]:
         """Names of the checks that did not hold (empty when all hold or none were given)."""
@@ -74,11 +107,23 @@ class Report:
 
     def summary(self) -> str:
         """``<headline>=<value> (baseline <value>, threshold <rule>)``."""
-        base = "n/a" if self.baseline is None else _fmt(self.metrics[self.baseline])
-        return f"{self.headline}={_fmt(self.metrics[self.headline])} (baseline {base}, threshold {self.threshold})"
+        return summary_line(self)
 
 
-def _fmt(x: float) -> str:
+def format_value(x: float) -> str:
+    """A metric as the report line shows it: 4 significant digits; ``nan``/``inf`` spelled out."""
+    x = float(x)
     if math.isnan(x) or math.isinf(x):
         return str(x)
     return f"{x:.4g}"
+
+
+def summary_line(report: Any) -> str:
+    """``<headline>=<value> (baseline <value>, threshold <rule>)`` of any object with Report's fields.
+
+    The one formatter of the report line: :meth:`Report.summary` and the reproduce command both use it.
+    """
+    metrics = report.metrics
+    base = "n/a" if report.baseline is None else format_value(metrics[report.baseline])
+    head = f"{report.headline}={format_value(metrics[report.headline])}"
+    return f"{head} (baseline {base}, threshold {report.threshold})"

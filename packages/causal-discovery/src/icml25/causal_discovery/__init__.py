@@ -4,6 +4,8 @@ Each paper is one module (its docstring cites the paper and its catalog id); the
 implemented paper is re-exported here.
 """
 
+from importlib.metadata import version as _distribution_version
+
 from icml25.causal_discovery.arrow import (
     ARROW,
     null_threshold,
@@ -24,7 +26,7 @@ from icml25.causal_discovery.mag_listing import (
     pag_from_mag,
 )
 
-__version__ = "0.1.0"
+__version__ = _distribution_version("icml25-causal-discovery")
 
 __all__ = [
     "ARROW",

@@ -4,6 +4,7 @@ Each paper is one module (its docstring cites the paper and its catalog id); the
 implemented paper is re-exported here.
 """
 
+from importlib.metadata import version as _distribution_version
 from typing import Any
 
 from icml25.federated.data import (
@@ -29,7 +30,7 @@ from icml25.federated.fedceo import (
 from icml25.federated.server import DPFedAvgServer, FedCEOServer, FederatedServer, History
 from icml25.federated.training import LocalTrainConfig, make_mlp, upload_noise_std
 
-__version__ = "0.1.0"
+__version__ = _distribution_version("icml25-federated")
 
 # Flower classes (extra `[flower]`) are resolved lazily so that `import icml25.federated` never imports flwr;
 # they are left out of __all__ so that `from icml25.federated import *` works without the extra.

@@ -4,6 +4,8 @@ Each paper is one module (its docstring cites the paper and its catalog id); the
 implemented paper is re-exported here.
 """
 
+from importlib.metadata import version as _distribution_version
+
 from icml25.generative_models.systems import KSETDRK4, energy_spectrum, ks_simulate, lorenz96_simulate
 from icml25.generative_models.tarflow import TarFlow, tarflow_loss
 from icml25.generative_models.thermalizer import (
@@ -14,7 +16,7 @@ from icml25.generative_models.thermalizer import (
     thermalized_rollout,
 )
 
-__version__ = "0.1.0"
+__version__ = _distribution_version("icml25-generative-models")
 
 __all__ = [
     "KSETDRK4",

@@ -4,6 +4,8 @@ Each paper is one module (its docstring cites the paper and its catalog id); the
 implemented paper is re-exported here.
 """
 
+from importlib.metadata import version as _distribution_version
+
 from icml25.interpretability.sae import (
     ActivationNormalizer,
     BatchTopKSAE,
@@ -19,7 +21,7 @@ from icml25.interpretability.sae import (
     train_sae,
 )
 
-__version__ = "0.1.0"
+__version__ = _distribution_version("icml25-interpretability")
 
 __all__ = [
     "ActivationNormalizer",

@@ -4,6 +4,8 @@ Each paper is one module (its docstring cites the paper and its catalog id); the
 implemented paper is re-exported here.
 """
 
+from importlib.metadata import version as _distribution_version
+
 from icml25.llm_efficiency.aqua_kv import (
     AquaPredictors,
     CalibrationReport,
@@ -25,7 +27,7 @@ from icml25.llm_efficiency.sparge import (
     sparge_attention,
 )
 
-__version__ = "0.1.0"
+__version__ = _distribution_version("icml25-llm-efficiency")
 
 __all__ = [
     "AquaPredictors",

@@ -4,7 +4,7 @@ Each paper is one module (its docstring cites the paper and its catalog id); the
 implemented paper is re-exported here.
 """
 
-__version__ = "0.1.0"
+from importlib.metadata import version as _distribution_version
 
 from icml25.rl.datasets import trajectories, validate_offline_dataset
 from icml25.rl.gas import (
@@ -23,6 +23,8 @@ from icml25.rl.gas import (
     train_tdr,
 )
 from icml25.rl.maze import GridMaze, generate_stitch_dataset
+
+__version__ = _distribution_version("icml25-rl")
 
 __all__ = [  # noqa: RUF022 (grouped by paper)
     "__version__",
