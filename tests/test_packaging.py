@@ -74,6 +74,14 @@ def test_area_wheel_installs_alone(wheelhouse: Path, venv_factory, name: str) ->
         f"present = [o for o in {others!r} if importlib.util.find_spec('icml25.' + o) is not None]\n"
         "assert not present, present\n"
         "assert len(list(importlib.import_module('icml25').__path__)) >= 1\n"
+        # matplotlib is only the [plots] extra: every module, the experiments included, imports without it
+        "assert importlib.util.find_spec('matplotlib') is None, 'matplotlib installed by the core wheel'\n"
+        "import pkgutil\n"
+        f"for info in pkgutil.walk_packages(m.__path__, 'icml25.{area}.'):\n"
+        "    try:\n"
+        "        importlib.import_module(info.name)\n"
+        "    except ImportError as err:  # an extra's integration module: it must say which extra to install\n"
+        f'        assert "pip install \'icml25-{name}[" in str(err), (info.name, err)\n'
     )
     result = subprocess.run([str(python), "-c", probe], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr

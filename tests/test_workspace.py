@@ -20,7 +20,7 @@ def test_the_workspace_lists_kernels_and_the_six_areas() -> None:
     assert len(AREAS) == 6 and all(
         m.folder.startswith("packages/") for n, m in members.items() if n != "kernels"
     )
-    assert members["llm-efficiency"].test_extras == ("hf",)
+    assert members["llm-efficiency"].test_extras == ("plots", "hf")
 
 
 @pytest.fixture
