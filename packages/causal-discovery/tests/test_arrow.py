@@ -14,15 +14,18 @@ from sklearn.base import clone
 
 from icml25.causal_discovery.arrow import (
     ARROW,
+    dependence_scores,
     granger_base,
     n_top,
     null_threshold,
     prune_candidates,
+    rescue_candidates,
     simulate_svar,
     time_weave,
     to_networkx,
     xor_lag_scores,
 )
+from icml25.causal_discovery.arrow.lags import rank_bins
 
 
 def random_walks(T: int, d: int, seed: int) -> np.ndarray:
@@ -294,15 +297,146 @@ def test_missing_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
         ARROW(base="pcmci", lag_max=6).fit(X)
 
 
+# ------------------------------------------------------------------- dependence rescue (issue 21)
+def _no_edges(X: np.ndarray, links: dict | None, tau_max: int) -> np.ndarray:
+    return np.zeros((X.shape[1], X.shape[1], tau_max + 1), dtype=bool)
+
+
+def _cross_pair_recall(truth: np.ndarray, cands: list[tuple[int, int, int]]) -> float:
+    pairs = {(i, j) for i, j, t in zip(*np.nonzero(truth)) if i != j}
+    return len(pairs & {(i, j) for i, j, _ in cands}) / len(pairs)
+
+
+def test_dependence_scores_equal_bruteforce_mi() -> None:
+    rng = np.random.default_rng(20)
+    X = rng.normal(size=(200, 3))
+    X[2:, 1] += np.sin(1.5 * X[:-2, 0])  # x0 -> x1 at lag 2
+    dep = dependence_scores(X, 4, bins=3)
+    assert dep.df == 4 and dep.g.shape == (3, 3, 4) and np.all(dep.g[:, :, 0] == 0)
+    codes = rank_bins(X, 3)
+    assert np.all(np.bincount(codes[:, 0]) >= 66)  # equal-frequency bins
+    for i, j, tau in [(1, 0, 2), (0, 2, 1), (2, 2, 3)]:
+        a, b = codes[tau:, i], codes[: 200 - tau, j]
+        n = len(a)
+        mi = 0.0
+        for u in range(3):
+            for v in range(3):
+                p = np.mean((a == u) & (b == v))
+                if p > 0:
+                    mi += p * np.log(p / (np.mean(a == u) * np.mean(b == v)))
+        assert dep.g[i, j, tau] == pytest.approx(2 * n * mi, rel=1e-9, abs=1e-12)
+    assert dep.tau_star[1, 0] == 2
+
+
+def test_rescue_screen_finds_quadratic_link_only() -> None:
+    rng = np.random.default_rng(21)
+    T = 2000
+    x = rng.normal(size=T)
+    y = np.zeros(T)
+    y[3:] = x[:-3] ** 2 + 0.3 * rng.normal(size=T - 3)  # symmetric link: zero linear correlation
+    X = np.stack([x, y, rng.normal(size=T)], 1)
+    assert abs(np.corrcoef(X[3:, 1], X[:-3, 0])[0, 1]) < 0.1
+    rescued, _ = rescue_candidates(X, [], 6, include_self=False)
+    assert (1, 0, 3) in rescued
+    assert {(i, j) for i, j, _ in rescued} == {(1, 0)}  # the independent pairs stay out (family-wise 5%)
+
+
+def test_rescue_raises_recall_on_non_monotone_svar() -> None:
+    X, truth = simulate_svar(d=8, T=1000, link="sin", noise="laplace", rng=0)
+    off = ARROW(base=_no_edges, lag_max=6).fit(X)
+    on = ARROW(base=_no_edges, lag_max=6, rescue="dependence").fit(X)
+    r_off, r_on = _cross_pair_recall(truth, off.candidates_), _cross_pair_recall(truth, on.candidates_)
+    assert r_off <= 0.25  # measured 3/16 kept by the XOR step
+    assert r_on >= 0.75 and r_on - r_off >= 0.5  # measured 13/16 with the screen
+    assert on.candidates_[: len(off.candidates_)] == off.candidates_  # the rescue only adds pairs
+    assert on.rescued_ == on.candidates_[len(off.candidates_) :] and on.rescued_
+    assert len(on.rescued_) <= n_top(8, 0.5)
+    assert "rescue" in on.timings_ and "rescue" not in off.timings_
+    for i, j, t in on.rescued_:
+        assert (j, t) in on.links_[i] and on.lags_[i, j] == t
+
+
+def test_rescue_off_reproduces_old_candidates_exactly() -> None:
+    X, _ = simulate_svar(d=8, T=1000, link="sin", noise="laplace", rng=1)
+    model = ARROW(base=_no_edges, lag_max=6, rescue="none").fit(X)
+    sc = xor_lag_scores(time_weave(X)[0], 6)
+    assert model.candidates_ == prune_candidates(sc.score, sc.tau_star, 0.33, 0.5)
+    assert model.rescued_ == []
+    assert model.candidates_ == ARROW(base=_no_edges, lag_max=6).fit(X).candidates_  # default is off
+    assert set(model.timings_) == {"encode", "xor", "prune", "base", "total"}
+
+
+def test_rescue_bad_values_name_the_parameter() -> None:
+    X, _ = simulate_svar(d=3, T=1000, rng=12)
+    for kwargs, name in [
+        ({"rescue": "mi"}, "rescue must be"),
+        ({"rescue": None}, "rescue must be"),
+        ({"rescue": "dependence", "rescue_bins": 1}, "rescue_bins"),
+        ({"rescue": "dependence", "rescue_bins": 4.0}, "rescue_bins"),
+        ({"rescue": "dependence", "rescue_alpha": 0.0}, "rescue_alpha"),
+        ({"rescue": "dependence", "rescue_alpha": 1.5}, "rescue_alpha"),
+        ({"rescue": "dependence", "rescue_alpha": float("nan")}, "rescue_alpha"),
+    ]:
+        with pytest.raises(ValueError, match=name):
+            ARROW(base="granger", lag_max=6, **kwargs).fit(X)
+    with pytest.raises(ValueError, match="rescue_bins"):
+        dependence_scores(X, 6, bins=1)
+    with pytest.raises(ValueError, match="rescue_alpha"):
+        rescue_candidates(X, [], 6, alpha=0.0)
+
+
+def test_simulate_svar_links_and_noise() -> None:
+    X, truth = simulate_svar(d=4, T=500, link="sin", noise="laplace", rng=0)
+    assert X.shape == (500, 4) and truth.shape == (4, 4, 6)
+    with pytest.raises(ValueError, match="link"):
+        simulate_svar(d=4, T=500, link="cube")
+    with pytest.raises(ValueError, match="noise"):
+        simulate_svar(d=4, T=500, noise="cauchy")
+
+
 # --------------------------------------------------------------------------- quick reproduction
+def test_threshold_text_is_the_checks() -> None:
+    from icml25.causal_discovery.experiments import arrow as exp
+
+    assert exp.threshold(True) == "quick: speedup >= 3x; quick: tau* accuracy >= 0.85"
+    full = exp.threshold(False)
+    assert "sin (non-monotone), rescue='dependence': F1 >= PCMCI - 0.02" in full
+    assert "sin (non-monotone), rescue='dependence': speedup >= 2x" in full
+    assert "linear: F1 >= PCMCI - 0.02" in full and "wide window: speedup >= 20x" in full
+
+
 def test_quick_reproduction_passes(tmp_path) -> None:
     pytest.importorskip("tigramite")
-    from icml25.causal_discovery.experiments.arrow import run
+    from icml25.causal_discovery.experiments.arrow import run, threshold
 
     report = run(quick=True, seed=0, out_dir=tmp_path)
     m = report.metrics
-    assert report.paper == "P54"
+    assert report.paper == "P54" and report.threshold == threshold(True)
     assert m["quick_speedup"] >= 3.0
     assert m["quick_tau_acc"] >= 0.85
-    assert report.passed
+    assert report.passed and all(report.checks.values())
+    assert report.seeds == [0]
     assert report.figures and report.figures[0].exists()
+
+
+def test_broken_variant_fails_quick_gate(monkeypatch: pytest.MonkeyPatch) -> None:
+    """XOR lag scores shuffled across pairs (the lag discovery removed): tau* accuracy falls to chance."""
+    pytest.importorskip("tigramite")
+    from icml25.causal_discovery.arrow import estimator
+    from icml25.causal_discovery.experiments import arrow as exp
+    from icml25.kernels.experiment import evaluate_checks
+
+    real = estimator.xor_lag_scores
+
+    def shuffled(bits: np.ndarray, lag_max: int, **kwargs: object):
+        sc = real(bits, lag_max, **kwargs)
+        d = sc.score.shape[0]
+        perm = np.random.default_rng(0).permutation(d * d)
+        return type(sc)(*(a.reshape(d * d, *a.shape[2:])[perm].reshape(a.shape) for a in sc))
+
+    monkeypatch.setattr(estimator, "xor_lag_scores", shuffled)
+    metrics = exp.measure(exp.QUICK, seed=0)
+    verdict = evaluate_checks(exp.checks(exp.QUICK), metrics)
+    assert metrics["quick_tau_acc"] < 0.5
+    assert verdict["quick: tau* accuracy >= 0.85"] is False
+    assert not all(verdict.values())

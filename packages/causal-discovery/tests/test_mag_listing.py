@@ -44,6 +44,7 @@ from icml25.causal_discovery.mag_listing import (
     rule_triangle,
 )
 from icml25.causal_discovery.mag_listing.marks import Conflict
+from icml25.causal_discovery.mag_listing.mixed_graph import bits
 
 C, A, T = CIRCLE, ARROW, TAIL
 
@@ -231,6 +232,15 @@ def test_complete_all_circle_five_vertices():
     assert set(listed) == set(list_mags_bruteforce(p))
 
 
+@pytest.mark.slow
+def test_complete_all_circle_six_vertices():
+    # Brief (K6): the complete all-circle PAG on 6 vertices (30 circle marks) has exactly 130,023 MAGs.
+    stats = ListingStats()
+    listed = list(list_mags(complete_pag(6), stats=stats))
+    assert len(listed) == len(set(listed)) == 130_023
+    assert stats.n_outputs == 130_023 and stats.dead_ends == 0 and stats.invalid_leaves == 0
+
+
 def test_no_circles_lists_itself():
     p = pag_of(4, [(0, 1, A, A), (1, 2, A, A), (2, 3, A, A), (3, 0, A, A)])  # a <-> 4-cycle: all invariant
     assert p.n_circles() == 0
@@ -305,27 +315,89 @@ def test_regression_pag_2_needs_probing():
         assert (incomplete > 0) == (not probing)
 
 
+# ------------------------------------------------------------- predicates: spec form == bitset form
+def _random_partial(seed: int) -> MixedGraph:
+    """A random PAG with a random subset of its circles oriented (possibly inconsistently)."""
+    rng = np.random.default_rng(seed)
+    _, pag = random_instance(int(rng.integers(4, 8)), int(rng.integers(1, 4)), 0.45, rng)
+    m = pag.to_list()
+    for a, b in zip(*np.nonzero(pag.marks == CIRCLE), strict=True):
+        if rng.random() < 0.6:
+            m[a][b] = int(rng.choice([ARROW, TAIL]))
+    for a in range(len(m)):  # no tail-tail / tail-circle (selection bias) edges
+        for b in range(len(m)):
+            if m[a][b] == TAIL and m[b][a] in (TAIL, CIRCLE):
+                m[a][b] = ARROW
+    return MixedGraph(m, pag.to_list())
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 100_000))
+def test_predicates_spec_equals_bitset(seed):
+    from icml25.causal_discovery.mag_listing import predicates as P
+
+    g = _random_partial(seed)
+    m, n = g.m, g.n
+    spec_desc = P.descendants_spec(m)
+    assert [sum(1 << v for v in d) for d in spec_desc] == P.descendants_bits(g) == P.descendants(m)
+    for y in range(n):
+        ends = P.discriminating_ends(g, y)
+        for z in g.adj[y]:
+            for w in range(n):
+                if w in (y, z):
+                    continue
+                spec = P.discriminating_w(m, g.adj, g.adjset, w, z, y)
+                assert spec == P.discriminating_bits(g, w, z, y)
+                if not (m[z][y] == ARROW and m[y][z] == TAIL):  # z not a parent of y
+                    assert spec == bool(ends >> w & 1 and g.rA[z] >> w & 1)
+    for a in range(n):
+        assert P.pd_next(g, a) == sum(1 << v for v in range(n) if P.pd_step(m, a, v))
+        for b in g.adj[a]:
+            for c in range(n):
+                got = P.uncovered_pd_path(g, a, b, c, 1 << a | 1 << b) if P.pd_step(m, a, b) else False
+                want = P.uncovered_pd_path_spec(m, a, b, c, {a, b}) if P.pd_step(m, a, b) else False
+                assert got == want
+            targets = g.A[a]
+            assert P.forced_walk(g, a, b, targets) == P.forced_walk_spec(m, a, b, set(bits(targets)))
+
+
+def test_rules_carry_scope_and_cost():
+    from icml25.causal_discovery.mag_listing.rules import DEFAULT_RULES, cost_of, rule, scope_of
+
+    assert {scope_of(r) for r in DEFAULT_RULES} == {"self", "nbr", "all"}
+    assert {cost_of(r) for r in DEFAULT_RULES} == {"local", "path"}
+    assert scope_of(rule_r4_noncollider) == scope_of(rule_long_r2) == "all"
+    assert scope_of(lambda g: False) == "all" and cost_of(lambda g: False) == "path"  # plugged-in rule
+    with pytest.raises(ValueError, match="scope"):
+        rule(scope="everywhere", cost="local")
+
+
+def test_no_import_cycle_between_containers_and_predicates():
+    """graphs.py imports the validation (predicates, fci) at module level; neither imports graphs."""
+    import ast
+    import inspect
+
+    from icml25.causal_discovery.mag_listing import fci, predicates
+
+    for mod in (predicates, fci):
+        tree = ast.parse(inspect.getsource(mod))
+        imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        assert not any(x and x.endswith((".graphs", ".mag", ".listing")) for x in imported)
+
+
 # ------------------------------------------------------- fast representation and incremental closure
-def _full_rescan(g: MixedGraph, rules) -> None:
-    """The textbook fixpoint: every rule on the whole graph until a pass changes nothing."""
-    changed = True
-    while changed:
-        changed = False
-        for rule in rules:
-            changed |= rule(g)
-
-
 @settings(max_examples=15, deadline=None)
 @given(st.integers(0, 10_000), st.integers(0, 50))
 def test_incremental_closure_equals_full_rescan(seed, which):
     """apply_rules (dirty-vertex driven, cheap rules first) reaches the same closure as a full re-scan,
     and the bitsets still mirror the mark matrix."""
     from icml25.causal_discovery.mag_listing import rules as R
+    from icml25.causal_discovery.mag_listing.scheduler import apply_rules, full_rescan
 
     rng = np.random.default_rng(seed)
     _, pag = random_instance(int(rng.integers(5, 9)), int(rng.integers(1, 4)), 0.4, rng)
     g = MixedGraph(pag.to_list())
-    R.apply_rules(g, R.DEFAULT_RULES)
+    apply_rules(g, R.DEFAULT_RULES)
     circles = g.circles()
     if not circles:
         return
@@ -335,7 +407,7 @@ def test_incremental_closure_equals_full_rescan(seed, which):
         fast.set(a, b, value)
         slow.set(a, b, value)
         outcome = []
-        for h, closure in ((fast, R.apply_rules), (slow, _full_rescan)):
+        for h, closure in ((fast, apply_rules), (slow, full_rescan)):
             try:
                 closure(h, R.DEFAULT_RULES)
                 outcome.append(h.m)
@@ -358,7 +430,7 @@ def test_incremental_closure_equals_full_rescan(seed, which):
 def test_probe_witnesses_do_not_change_the_closure():
     """Probing with the witness cache (values shown possible by earlier probe closures are not re-closed)
     gives the same closure as plain probing, node by node along a branch."""
-    from icml25.causal_discovery.mag_listing.rules import ProbeCache
+    from icml25.causal_discovery.mag_listing.probing import ProbeCache
 
     rng = np.random.default_rng(3)
     _, pag = random_instance(7, 3, 0.4, rng, max_edges=12)
@@ -563,10 +635,55 @@ def test_check_warns_for_large_graphs():
 
 # ------------------------------------------------------------------------------------ reproduction
 def test_quick_reproduction_passes():
-    from icml25.causal_discovery.experiments.mag_listing import run
+    from icml25.causal_discovery.experiments.mag_listing import QUICK, run, threshold
 
     report = run(quick=True, seed=0)
-    assert report.paper == "P07" and report.passed
+    assert report.paper == "P07" and report.passed and report.threshold == threshold(True)
+    assert report.metrics["instances"] == QUICK.n_exact + 2  # 30 random (n <= 6) + the regression PAGs
     assert report.metrics["exact_match_rate"] == 1.0
     assert report.metrics["dead_ends"] == 0 and report.metrics["incomplete_nodes"] == 0
     assert report.metrics["invalid_leaves"] == 0
+    assert report.metrics["checked_nodes"] > 1000
+
+
+def test_broken_variant_fails_the_quick_gate():
+    """The prior approach (base rules, no probing) on the quick instances: dead ends and incomplete nodes."""
+    from icml25.causal_discovery.experiments.mag_listing import QUICK, checks, measure_exactness
+    from icml25.kernels.experiment import evaluate_checks
+
+    metrics = measure_exactness(QUICK, np.random.default_rng(0), BASE_RULES, probing=False)
+    verdict = evaluate_checks(checks(QUICK), metrics)
+    assert metrics["exact_match_rate"] == 1.0  # still exact: sound rules and verified leaves
+    assert not verdict["0 dead ends"] and not verdict["0 incomplete nodes"]
+    assert metrics["dead_ends"] > 0 and metrics["incomplete_nodes"] > 0
+
+
+def test_full_threshold_names_the_delay_and_comparison_checks():
+    from icml25.causal_discovery.experiments.mag_listing import threshold
+
+    full = threshold(False)
+    assert full.startswith(threshold(True))
+    assert "first MAG < 50 ms" in full and "max/median delay <= 20" in full
+    assert "base-rule listing" in full and "brute force" not in full.split("; ", 4)[-1]
+
+
+def test_constructed_pag_has_base_rule_dead_ends():
+    """The constructed instance of the comparison: on the first 300 MAGs under random orders the base
+    rules hit dead ends, the complete listing none."""
+    from icml25.causal_discovery.experiments.mag_listing import constructed_pag
+
+    p = constructed_pag(3)
+    assert p.n_nodes == 10 and p.validate() is p
+    dead = 0
+    for seed in range(3):
+        base, full = ListingStats(), ListingStats()
+        got_base = list(
+            itertools.islice(
+                list_mags(p, BASE_RULES, probing=False, order="random", seed=seed, stats=base), 300
+            )
+        )
+        got_full = list(itertools.islice(list_mags(p, order="random", seed=seed, stats=full), 300))
+        assert len(got_base) == len(got_full) == 300 and full.dead_ends == 0
+        assert len(set(got_full)) == 300 and all(pag_from_mag(m) == p for m in got_base[:20])
+        dead += base.dead_ends
+    assert dead > 0

@@ -346,23 +346,73 @@ def test_warnings() -> None:
 
 
 def test_quick_reproduction(tmp_path) -> None:
-    from icml25.generative_models.experiments.tarflow import run
+    from icml25.generative_models.experiments.tarflow import threshold
 
-    report = run(quick=True, seed=0, out_dir=tmp_path)
+    report = run_quick(out_dir=tmp_path)
     m = report.metrics
     assert report.paper == "P33"
-    assert m["test_nll_nats_per_dim"] < m["baseline_diag_gaussian_nll"]
-    assert m["test_denoise_mse_ratio"] < 0.95  # the score step moves noisy test digits towards clean ones
-    assert m["hf_denoised"] < m["hf_raw"]  # and smooths the samples
-    assert report.passed
+    assert report.passed and len(report.checks) == 4 and all(report.checks.values())
+    assert report.threshold == "; ".join(report.checks) == threshold(quick=True)
+    # The headline's baseline is the one the NLL check compares with, under the same name.
+    assert report.baseline == "baseline_full_gaussian_nll"
+    assert "test NLL < full-covariance Gaussian NLL (baseline)" in report.checks
+    assert m["test_nll_nats_per_dim"] < m["baseline_full_gaussian_nll"] < m["baseline_diag_gaussian_nll"]
+    assert m["exact_inverse_max_err"] < 1e-4 and m["exact_logdet_max_err"] < 1e-4
+    assert m["test_denoise_mse_ratio"] < 1.0  # the score step moves noisy test digits towards clean ones
     assert len(report.figures) == 1 and report.figures[0].exists() and report.figures[0].stat().st_size > 1000
+
+
+def run_quick(**kwargs):
+    from icml25.generative_models.experiments.tarflow import run
+
+    return run(quick=True, seed=0, **kwargs)
+
+
+class _NoCausalMask:
+    """torch.nn.functional with the attention mask dropped: the conditioner sees the token it transforms."""
+
+    def __getattr__(self, name: str):
+        return getattr(F, name)
+
+    @staticmethod
+    def scaled_dot_product_attention(q, k, v, is_causal=False, **kwargs):
+        return F.scaled_dot_product_attention(q, k, v, **kwargs)
+
+
+def test_quick_gate_fails_for_a_flow_without_its_autoregressive_mask(monkeypatch) -> None:
+    """Broken variant: no causal mask. -sum(a) is then not the log-det, so the reported NLL means nothing;
+    the exactness check catches it (the NLL checks alone need not)."""
+    from icml25.generative_models import tarflow as tarflow_module
+    from icml25.generative_models.experiments import tarflow as experiment
+
+    monkeypatch.setattr(tarflow_module, "F", _NoCausalMask())
+    monkeypatch.setitem(experiment._CONFIGS, True, {**experiment._CONFIGS[True], "steps": 100})
+    report = run_quick()
+    assert report.passed is False
+    assert any(name.startswith("exact flow") for name in report.failed_checks)
+    assert report.metrics["exact_logdet_max_err"] > 1e-2
+
+
+def test_quick_gate_fails_for_an_untrained_flow(monkeypatch) -> None:
+    """Broken variant: one optimiser step (the zero-initialised flow is the identity, N(0, I) density)."""
+    from icml25.generative_models.experiments import tarflow as experiment
+
+    monkeypatch.setitem(experiment._CONFIGS, True, {**experiment._CONFIGS[True], "steps": 1})
+    report = run_quick()
+    m = report.metrics
+    assert report.passed is False
+    assert not report.checks["test NLL < full-covariance Gaussian NLL (baseline)"]
+    assert not report.checks["test NLL < diagonal Gaussian NLL"]
+    assert m["test_nll_nats_per_dim"] > m["baseline_diag_gaussian_nll"] > m["baseline_full_gaussian_nll"]
 
 
 @pytest.mark.slow
 def test_full_reproduction_nll_and_sample_quality() -> None:
     from icml25.generative_models.experiments.tarflow import run
 
-    m = run(quick=False, seed=0).metrics
+    report = run(quick=False, seed=0)
+    m = report.metrics
+    assert report.passed and len(report.checks) == 6
     assert m["test_nll_nats_per_dim"] <= m["baseline_full_gaussian_nll"] - 0.05
     assert m["test_nll_nats_per_dim"] < m["baseline_diag_gaussian_nll"]
     assert m["test_denoise_mse_ratio"] < 0.95

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import itertools
+import json
 import math
+import struct
 import warnings
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -351,20 +354,92 @@ def test_saelens_export_folds_the_normalizer_and_import_handles_legacy_cfgs():
         from_saelens(scaled, {**legacy, "normalize_activations": "expected_average_only_in"})
 
 
-def test_saelens_library_round_trip_when_installed():
-    sae_lens = pytest.importorskip("sae_lens")
+# SAELens' on-disk layout (sae-lens 6.54, read from its source: saes/sae.py SAE.save_model / load_from_disk,
+# loading/pretrained_sae_loaders.py sae_lens_disk_loader): a folder with ``cfg.json`` and
+# ``sae_weights.safetensors``; the config class of cfg["architecture"] takes the fields below (other keys
+# are dropped), the weights are the inference SAE's parameters, cast to cfg["dtype"].
+_SAELENS_BASE_FIELDS = {
+    "d_in", "d_sae", "dtype", "device", "apply_b_dec_to_input", "normalize_activations",
+    "reshape_activations", "metadata",
+}  # fmt: skip
+_SAELENS_FIELDS = {
+    "standard": _SAELENS_BASE_FIELDS,
+    "topk": _SAELENS_BASE_FIELDS | {"k", "rescale_acts_by_decoder_norm"},
+    "jumprelu": _SAELENS_BASE_FIELDS,
+}
+_SAELENS_PARAMS = {
+    "standard": {"W_enc", "b_enc", "W_dec", "b_dec"},
+    "topk": {"W_enc", "b_enc", "W_dec", "b_dec"},
+    "jumprelu": {"W_enc", "b_enc", "W_dec", "b_dec", "threshold"},
+}
+_SAFETENSORS_DTYPES = {torch.float32: "F32", torch.float64: "F64", torch.float16: "F16"}
+
+
+def _write_safetensors(path, tensors: dict[str, torch.Tensor]) -> None:
+    """The safetensors format: u64 little-endian header size, JSON header, then the raw little-endian data."""
+    header, chunks, offset = {}, [], 0
+    for name, t in tensors.items():
+        data = t.detach().contiguous().cpu().numpy().tobytes()
+        header[name] = {
+            "dtype": _SAFETENSORS_DTYPES[t.dtype], "shape": list(t.shape),
+            "data_offsets": [offset, offset + len(data)],
+        }  # fmt: skip
+        chunks.append(data)
+        offset += len(data)
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + b"".join(chunks))
+
+
+def _read_safetensors(path) -> dict[str, torch.Tensor]:
+    blob = path.read_bytes()
+    (n,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8 : 8 + n])
+    header.pop("__metadata__", None)
+    np_dtypes = {"F32": np.float32, "F64": np.float64, "F16": np.float16}
+    out = {}
+    for name, info in header.items():
+        lo, hi = info["data_offsets"]
+        arr = np.frombuffer(blob[8 + n + lo : 8 + n + hi], dtype=np_dtypes[info["dtype"]])
+        out[name] = torch.from_numpy(arr.copy()).reshape(info["shape"])
+    return out
+
+
+@pytest.mark.parametrize("kind", ["topk", "msae", "msae_capped", "batchtopk"])
+def test_saelens_on_disk_format(kind, tmp_path):
+    """Export, save in SAELens' folder layout, reload with SAELens' rules: same SAE, without sae-lens."""
     torch.manual_seed(10)
-    for model, k in (
-        (TopKSAE(12, 40, k=5), None),
-        (MatryoshkaKSAE(12, 40, ks=[2, 40]), None),
-        (MatryoshkaKSAE(12, 40, ks=[2, 40]), 7),
-    ):
-        _perturbed(model).eval()
-        state, cfg = to_saelens(model, k=k)
-        sae = sae_lens.SAE.from_dict(cfg)
-        sae.load_state_dict(state)
-        x = torch.randn(9, 12)
-        torch.testing.assert_close(sae(x), model(x, k), rtol=1e-5, atol=1e-5)
+    model, k = {
+        "topk": (TopKSAE(12, 40, k=5), None),
+        "msae": (MatryoshkaKSAE(12, 40, ks=[2, 40]), None),
+        "msae_capped": (MatryoshkaKSAE(12, 40, ks=[2, 40]), 7),
+        "batchtopk": (BatchTopKSAE(12, 40, k=4), None),
+    }[kind]
+    _perturbed(model)
+    x = torch.randn(9, 12)
+    if kind == "batchtopk":
+        model.loss(torch.randn(30, 12))  # learns the inference threshold
+    model.eval()
+    state, cfg = to_saelens(model, k=k)
+    (tmp_path / "cfg.json").write_text(json.dumps(cfg))  # must be JSON as it stands
+    _write_safetensors(tmp_path / "sae_weights.safetensors", state)
+
+    loaded_cfg = json.loads((tmp_path / "cfg.json").read_text())
+    arch = loaded_cfg["architecture"]
+    assert set(loaded_cfg) - {"architecture"} == _SAELENS_FIELDS[arch]  # every field read, none dropped
+    assert loaded_cfg["dtype"] in {"float32", "float64", "float16", "bfloat16"}
+    assert loaded_cfg["normalize_activations"] == "none" and loaded_cfg["reshape_activations"] == "none"
+    if arch == "topk":
+        assert loaded_cfg["k"] == (k or model.k) and loaded_cfg["rescale_acts_by_decoder_norm"] is False
+    weights = _read_safetensors(tmp_path / "sae_weights.safetensors")
+    assert set(weights) == _SAELENS_PARAMS[arch]
+    assert weights["W_enc"].shape == (12, 40) and weights["W_dec"].shape == (40, 12)
+    assert weights["b_enc"].shape == (40,) and weights["b_dec"].shape == (12,)
+    for name, t in weights.items():
+        assert torch.equal(t, state[name]), name  # the values survive the file, bit for bit
+    # SAELens' forward on the reloaded files, and our importer, both give the model's output.
+    torch.testing.assert_close(_saelens_forward(weights, loaded_cfg, x), model(x, k), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(from_saelens(weights, loaded_cfg)(x), model(x, k), rtol=1e-5, atol=1e-5)
 
 
 # ------------------------------------------------------------------------------------------ bad inputs

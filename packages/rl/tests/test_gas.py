@@ -407,12 +407,48 @@ def test_spearman_exact():
 
 
 # ----------------------------------------------------------------------------- reproduction
-def test_quick_reproduction(tmp_path):
-    report = experiment.run(quick=True, seed=0, out_dir=tmp_path)
+@pytest.fixture(scope="module")
+def quick_trained():
+    """The quick setting's maze, dataset, TDR and policy: the first half of ``run(quick=True, seed=0)``."""
+    return experiment.train(experiment.QUICK, seed=0)
+
+
+ORDER_CHECK = "GAS success >= flat success + 0.5"
+
+
+def test_quick_reproduction(quick_trained, tmp_path):
+    # run(quick=True, seed=0) is exactly evaluate(train(QUICK, 0)); the training is shared with the next test.
+    report = experiment.evaluate(quick_trained, out_dir=tmp_path)
     assert report.paper == "P05"
-    assert report.metrics["gas_success"] >= 0.7 and report.passed
-    assert {"gas_no_te_success", "baseline_flat_success", "tdr_spearman"} <= set(report.metrics)
+    assert report.checks == {
+        ORDER_CHECK: True,
+        "GAS success >= 0.7": True,
+        "TDR Spearman vs BFS >= 0.9": True,
+    }
+    assert report.passed and all(name in report.threshold for name in report.checks)
+    m = report.metrics
+    # The quick maze defeats the flat policy (long horizon, fragments of <= 12 steps) and GAS stitches.
+    assert m["baseline_flat_success"] <= 0.2 and m["gas_success"] >= m["baseline_flat_success"] + 0.5
+    assert m["n_nodes"] >= 15  # the 15x15 maze needs a real key graph, not a handful of nodes
     assert report.figures and all(f.exists() and f.stat().st_size > 0 for f in report.figures)
+
+
+class _NoStitchGAS(GASAgent):
+    """Broken GAS: the key graph keeps its nodes but loses every edge, so no fragments are stitched (only
+    the goal's own edges remain and the planner can only aim at the nodes next to the goal)."""
+
+    def build_graph(self, data):
+        graph = super().build_graph(data)
+        g = graph.to_networkx()
+        g.remove_edges_from(list(g.edges))
+        return graph
+
+
+def test_broken_gas_without_graph_edges_fails_the_quick_gate(quick_trained):
+    report = experiment.evaluate(quick_trained, agent_cls=_NoStitchGAS)
+    assert report.checks[ORDER_CHECK] is False and not report.passed
+    assert report.checks["TDR Spearman vs BFS >= 0.9"]  # same TDR: only the stitching was removed
+    assert report.metrics["gas_success"] <= 0.3
 
 
 @pytest.mark.slow
@@ -420,5 +456,6 @@ def test_full_reproduction():
     report = experiment.run(quick=False, seed=0)
     assert report.metrics["gas_success"] >= 0.8
     assert report.metrics["baseline_flat_success"] <= 0.3
+    assert report.metrics["gas_success"] >= report.metrics["baseline_flat_success"] + 0.5
     assert report.metrics["tdr_spearman"] >= 0.9
-    assert report.passed
+    assert report.passed and len(report.checks) == 4 and all(report.checks.values())

@@ -65,7 +65,7 @@ def dirichlet_split(
         raise ValueError(f"alpha must be a number > 0, got {alpha!r}")
     if n_clients * min_size > labels.size:
         raise ValueError(
-            f"n_clients*min_size must be <= the number of samples {labels.size}, got {n_clients * min_size}"
+            f"labels must hold at least n_clients*min_size = {n_clients * min_size} samples, got {labels.size}"
         )
     for _ in range(1000):
         parts: list[list[int]] = [[] for _ in range(n_clients)]
@@ -112,7 +112,7 @@ def _check_fraction(name: str, frac: object) -> None:
 def _as_features(x: object, name: str) -> np.ndarray:
     """``[n, ...]`` numeric array → ``[n, d]`` float32 (images are flattened)."""
     a = np.asarray(x)
-    if a.ndim < 2 or a.shape[0] == 0 or not (np.issubdtype(a.dtype, np.number) or a.dtype == bool):
+    if a.ndim < 2 or a.size == 0 or not (np.issubdtype(a.dtype, np.number) or a.dtype == bool):
         raise ValueError(
             f"{name} must be a non-empty numeric array [n, d] or [n, *image], got {a.dtype} {a.shape}"
         )

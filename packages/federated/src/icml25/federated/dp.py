@@ -101,6 +101,11 @@ def clip_update(delta: Mapping[str, Tensor], clip: float) -> tuple[State, float]
     if not _is_real(clip) or not clip > 0:
         raise ValueError(f"clip must be a number > 0, got {clip!r}")
     keys = _float_keys(delta)
+    for k in keys:
+        if not bool(torch.isfinite(delta[k]).all()):
+            raise ValueError(
+                f"delta[{k!r}] must be finite, got NaN/Inf entries in shape {tuple(delta[k].shape)}"
+            )
     norm = math.sqrt(sum(float(delta[k].double().pow(2).sum()) for k in keys))
     scale = min(1.0, clip / norm) if norm > 0 else 1.0
     return {k: (v * scale if k in keys else v.clone()) for k, v in delta.items()}, norm

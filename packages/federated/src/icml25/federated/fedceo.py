@@ -64,10 +64,19 @@ def svt(a: Tensor, tau: float) -> Tensor:
     """Matrix singular value soft-thresholding ``U max(S - τ, 0) Vᴴ`` (batched over leading dims).
 
     Args:
-        a: ``[..., n1, n2]`` real or complex.
+        a: ``[..., n1, n2]`` real or complex, finite (an empty ``a`` is returned as a copy).
         tau: threshold ≥ 0.
     """
+    if not isinstance(a, Tensor):
+        raise TypeError(f"a must be a torch.Tensor of shape [..., n1, n2], got {type(a).__name__}")
+    if a.ndim < 2:
+        raise ValueError(f"a must have shape [..., n1, n2] (at least 2 dims), got shape {tuple(a.shape)}")
+    if not (a.is_floating_point() or a.is_complex()):
+        raise TypeError(f"a must be a real or complex floating tensor, got dtype {a.dtype}")
     _check_tau(tau)
+    _check_finite("a", a)
+    if a.numel() == 0:
+        return a.clone()
     u, s, vh = torch.linalg.svd(a, full_matrices=False)
     s = torch.clamp(s - tau, min=0.0)
     return (u * s.unsqueeze(-2).to(u.dtype)) @ vh
@@ -81,7 +90,7 @@ def tsvt(x: Tensor, tau: float) -> Tensor:
     them, and SVT commutes with conjugation, so the inverse transform is exactly real.
 
     Args:
-        x: ``[n1, n2, m]`` real tensor (m clients).
+        x: ``[n1, n2, m]`` real tensor (m clients), finite; an empty ``x`` is returned as a copy.
         tau: threshold ≥ 0; 0 returns ``x``.
 
     Returns:
@@ -94,12 +103,23 @@ def tsvt(x: Tensor, tau: float) -> Tensor:
     if not x.is_floating_point():
         raise TypeError(f"x must be a real floating tensor, got dtype {x.dtype}")
     _check_tau(tau)
+    _check_finite("x", x)
+    if x.numel() == 0:
+        return x.clone()
     m = x.shape[-1]
     # float64 internally: the tensors are small and the identities in the tests hold to 1e-6.
     xf = torch.fft.rfft(x.to(torch.float64), dim=-1)  # [n1, n2, m//2+1] complex
     slices = xf.permute(2, 0, 1)  # [F, n1, n2]: one matrix per frequency
     shrunk = svt(slices, tau).permute(1, 2, 0)
     return torch.fft.irfft(shrunk, n=m, dim=-1).to(x.dtype)
+
+
+def _check_finite(name: str, x: Tensor) -> None:
+    if not bool(torch.isfinite(x).all()):
+        raise ValueError(
+            f"{name} must be finite; got {int(torch.isnan(x).sum())} NaN and {int(torch.isinf(x).sum())} Inf "
+            f"values in a tensor of shape {tuple(x.shape)} (the SVD of a non-finite matrix is undefined)"
+        )
 
 
 def _check_tau(tau: float) -> None:
@@ -147,7 +167,8 @@ def matricize(p: Tensor, convention: str = "fedceo") -> tuple[Tensor, Callable[[
     # "fedceo": reverse the axes, then merge all but the (now last) output axis into rows.
     rev = tuple(reversed(range(p.ndim)))
     rev_shape = tuple(shape[i] for i in rev)
-    mat = p.permute(rev).reshape(-1, shape[0])
+    # Explicit row count (not -1): a zero-size parameter has an ambiguous -1 but a well-defined matrix.
+    mat = p.permute(rev).reshape(math.prod(shape[1:]), shape[0])
 
     def unmatricize(mat: Tensor) -> Tensor:
         lead = mat.shape[:-2]
@@ -268,7 +289,7 @@ def fedceo_smooth(
     For every floating-point entry of the state dicts, stack the m matricised copies into
     ``X [n1, n2, m]`` and replace them by ``tsvt(X, τ)``. Keys matching an ``exclude`` glob pattern
     (e.g. ``"*.bias"``), keys whose threshold is 0 (``tsvt(X, 0) = X``: copied, so the result is
-    bit-identical to the uploads) and non-float buffers (e.g. BatchNorm's ``num_batches_tracked``)
+    bit-identical to the uploads), zero-size parameters and non-float buffers (e.g. BatchNorm's ``num_batches_tracked``)
     are left as uploaded. The global model is the plain mean of the smoothed client states.
 
     Args:
@@ -290,7 +311,7 @@ def fedceo_smooth(
         warnings.warn("fedceo_smooth with a single client degenerates to matrix SVT", stacklevel=2)
     smoothed: list[State] = [{} for _ in range(m)]
     for k in client_states[0]:
-        if k not in taus or taus[k] == 0:
+        if k not in taus or taus[k] == 0 or client_states[0][k].numel() == 0:  # zero-size: nothing to smooth
             for i, st in enumerate(client_states):
                 smoothed[i][k] = st[k].clone()
             continue

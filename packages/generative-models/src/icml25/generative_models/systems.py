@@ -32,9 +32,31 @@ def _check_positive_int(name: str, value: object) -> int:
 
 
 def _check_positive_float(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)) or not value > 0:
-        raise ValueError(f"{name} must be a positive float, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)):
+        raise TypeError(f"{name} must be a positive finite float, got {type(value).__name__} {value!r}")
+    if not (value > 0 and np.isfinite(value)):
+        raise ValueError(f"{name} must be a positive finite float, got {value!r}")
     return float(value)
+
+
+def _check_initial(name: str, value: object, n: int, label: str) -> np.ndarray:
+    arr = np.asarray(value)
+    if arr.dtype.kind not in "iuf":
+        raise TypeError(f"{name} must be a real numeric array (n_traj, {label}={n}), got dtype {arr.dtype}")
+    arr = arr.astype(np.float64)
+    if arr.ndim != 2 or arr.shape[0] < 1 or arr.shape[1] != n:
+        raise ValueError(f"{name} must have shape (n_traj >= 1, {label}={n}), got {arr.shape}")
+    if not np.isfinite(arr).all():
+        raise ValueError(f"{name} must be finite, got {int((~np.isfinite(arr)).sum())} NaN/Inf values")
+    return arr
+
+
+def _check_trajectory(out: np.ndarray, start: str) -> np.ndarray:
+    if not np.isfinite(out).all():
+        raise ValueError(
+            f"the simulation diverged to non-finite states (from {start}); reduce dt or the magnitude of {start}"
+        )
+    return out
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -157,9 +179,7 @@ def ks_simulate(
             phase = rng.uniform(0, 2 * np.pi, size=(n_traj, 1))
             u += 0.5 * amp * np.cos(2 * np.pi * k * x[None, :] / L + phase)
     else:
-        u = np.asarray(u0, dtype=np.float64)
-        if u.ndim != 2 or u.shape[1] != N:
-            raise ValueError(f"u0 must have shape (n_traj, N={N}), got {u.shape}")
+        u = _check_initial("u0", u0, N, "N")
     v = np.fft.rfft(u, axis=-1)
     v = solver.step_spectral(v, spinup * substeps)
     out = np.empty((v.shape[0], n_steps, N), dtype=np.float32)
@@ -167,7 +187,7 @@ def ks_simulate(
         if i:
             v = solver.step_spectral(v, substeps)
         out[:, i] = np.fft.irfft(v, n=N, axis=-1)
-    return out
+    return _check_trajectory(out, "u0" if u0 is not None else "the random initial state")
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -212,6 +232,12 @@ def lorenz96_simulate(
     K = _check_positive_int("K", K)
     substeps = _check_positive_int("substeps", substeps)
     dt = _check_positive_float("dt", dt)
+    if (
+        isinstance(forcing, bool)
+        or not isinstance(forcing, (int, float, np.floating))
+        or not np.isfinite(forcing)
+    ):
+        raise ValueError(f"forcing must be a finite float, got {forcing!r}")
     if K < 4:
         raise ValueError(f"K must be >= 4 for Lorenz-96, got {K}")
     if x0 is None:
@@ -219,9 +245,7 @@ def lorenz96_simulate(
         rng = np.random.default_rng(seed)
         x = forcing + rng.normal(scale=1.0, size=(n_traj, K))
     else:
-        x = np.asarray(x0, dtype=np.float64)
-        if x.ndim != 2 or x.shape[1] != K:
-            raise ValueError(f"x0 must have shape (n_traj, K={K}), got {x.shape}")
+        x = _check_initial("x0", x0, K, "K")
 
     def rk4(x: np.ndarray) -> np.ndarray:
         k1 = lorenz96_tendency(x, forcing)
@@ -238,7 +262,7 @@ def lorenz96_simulate(
             for _ in range(substeps):
                 x = rk4(x)
         out[:, i] = x
-    return out
+    return _check_trajectory(out, "x0" if x0 is not None else "the random initial state")
 
 
 def energy_spectrum(x: np.ndarray, axis_time: int | None = -2) -> np.ndarray:
@@ -251,6 +275,21 @@ def energy_spectrum(x: np.ndarray, axis_time: int | None = -2) -> np.ndarray:
     Returns:
         array of shape ``(..., n // 2 + 1)`` (time averaged) or ``(..., T, n // 2 + 1)``.
     """
-    x = np.asarray(x, dtype=np.float64)
-    power = np.abs(np.fft.rfft(x, axis=-1)) ** 2 / x.shape[-1]
+    arr = np.asarray(x)
+    if arr.dtype.kind not in "iuf":
+        raise TypeError(f"x must be a real numeric array (..., n), got dtype {arr.dtype}")
+    x = arr.astype(np.float64)
+    need = 1 if axis_time is None else 2
+    if x.ndim < need or x.size == 0:
+        raise ValueError(f"x must be a non-empty array with at least {need} dims, got shape {x.shape}")
+    if not np.isfinite(x).all():
+        raise ValueError(
+            f"x must be finite, got {int((~np.isfinite(x)).sum())} NaN/Inf values in shape {x.shape}"
+        )
+    with np.errstate(over="ignore"):
+        power = np.abs(np.fft.rfft(x, axis=-1)) ** 2 / x.shape[-1]
+    if not np.isfinite(power).all():
+        raise ValueError(
+            f"x is too large: its power spectrum overflows float64 (max |x| = {np.abs(x).max():.3g})"
+        )
     return power if axis_time is None else power.mean(axis=axis_time)

@@ -387,10 +387,17 @@ class TarFlow(nn.Module):
             )
         if not x.is_floating_point():
             raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
-        if not self._warned_range and x.numel() and x.detach().abs().max().item() > _RANGE_WARN_LIMIT:
+        # One reduction and host sync per call: a NaN/Inf image would silently give a NaN loss/latent.
+        peak = x.detach().abs().amax().item() if x.numel() else 0.0
+        if not math.isfinite(peak):
+            raise ValueError(
+                f"{name} must be finite; got {int(torch.isnan(x).sum())} NaN and {int(torch.isinf(x).sum())} "
+                f"Inf values in a tensor of shape {tuple(x.shape)}"
+            )
+        if not self._warned_range and peak > _RANGE_WARN_LIMIT:
             self._warned_range = True
             warnings.warn(
-                f"{name} has values far outside [-1, 1] (max |x| = {x.detach().abs().max().item():.3g}); "
+                f"{name} has values far outside [-1, 1] (max |x| = {peak:.3g}); "
                 "TarFlow expects data scaled to [-1, 1]",
                 stacklevel=3,
             )
@@ -590,6 +597,8 @@ def tarflow_loss(model: TarFlow, x: Tensor, y: Tensor | None = None, label_drop:
         model._check_y(y, x.shape[0])
         drop = torch.rand(y.shape, device=y.device) < label_drop
         y = torch.where(drop, torch.full_like(y, -1), y)
+    if isinstance(x, Tensor) and x.dim() >= 1 and x.shape[0] == 0:
+        raise ValueError(f"x must hold at least one sample (the loss is a mean), got shape {tuple(x.shape)}")
     z, logdet = model(x, y)
     if model.training:
         model.update_prior(z)

@@ -66,6 +66,11 @@ def cosine_beta_schedule(T: int, s: float = 0.008, max_beta: float = 0.999) -> T
     """
     if isinstance(T, bool) or not isinstance(T, int) or T < 2:
         raise ValueError(f"T must be an int >= 2, got {T!r}")
+    for name, v, hi in (("s", s, math.inf), ("max_beta", max_beta, 1.0)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 <= v <= hi) or math.isnan(v):
+            raise ValueError(f"{name} must be a finite number in [0, {hi}], got {v!r}")
+        if v == math.inf:
+            raise ValueError(f"{name} must be finite, got {v!r}")
     t = torch.arange(T + 1, dtype=torch.float64)
     f = torch.cos(((t / T + s) / (1.0 + s)) * math.pi / 2.0) ** 2
     return torch.clamp(1.0 - f[1:] / f[:-1], 0.0, max_beta)
@@ -279,6 +284,55 @@ def _as_float_tensor(name: str, x: object, min_dim: int) -> Tensor:
     return x
 
 
+def _check_training_data(name: str, x: object, min_dim: int) -> Tensor:
+    """Float32 training data, validated before any state is touched: non-empty, finite, not constant."""
+    data = _as_float_tensor(name, x, min_dim).float()
+    if data.numel() == 0:
+        raise ValueError(f"{name} must be non-empty, got shape {tuple(data.shape)}")
+    n_bad = int((~torch.isfinite(data)).sum())
+    if n_bad:
+        raise ValueError(
+            f"{name} must be finite; got {int(torch.isnan(data).sum())} NaN and "
+            f"{int(torch.isinf(data).sum())} Inf values in a tensor of shape {tuple(data.shape)}"
+        )
+    std = float(data.std()) if data.numel() > 1 else 0.0
+    if not std > 0 or not math.isfinite(std):
+        raise ValueError(
+            f"{name} must not be constant (its std sets the normalisation), got std={std} over shape "
+            f"{tuple(data.shape)}"
+        )
+    return data
+
+
+def _check_states(name: str, x: object) -> Tensor:
+    """States ``(B, *event)`` for inference: a float tensor with B >= 1, finite."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of shape (B, *event), got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must be floating point, got dtype {x.dtype}")
+    if x.dim() < 2 or x.numel() == 0:
+        raise ValueError(f"{name} must have shape (B, *event) with no empty axis, got {tuple(x.shape)}")
+    if not bool(torch.isfinite(x).all()):
+        raise ValueError(
+            f"{name} must be finite; got {int(torch.isnan(x).sum())} NaN and {int(torch.isinf(x).sum())} "
+            f"Inf values in a tensor of shape {tuple(x.shape)}"
+        )
+    return x
+
+
+def _check_count(name: str, value: object, low: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+    return int(value)
+
+
+def _check_positive(name: str, value: object, allow_zero: bool = False) -> float:
+    ok = isinstance(value, (int, float, np.floating)) and not isinstance(value, bool)
+    if not ok or not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        raise ValueError(f"{name} must be a finite number {'>=' if allow_zero else '>'} 0, got {value!r}")
+    return float(value)
+
+
 class ResidualEmulator(nn.Module):
     """Residual emulator ``x_{n+1} = x_n + s·net((x_n − m)/s)`` (+ ``σ·s·ε`` if stochastic).
 
@@ -345,10 +399,29 @@ class ResidualEmulator(nn.Module):
         Returns:
             self (trained, in eval mode), with ``field_mean``/``field_std`` set from ``trajectories``.
         """
-        data = _as_float_tensor("trajectories", trajectories, 3).float()
+        # Validate everything before touching any state: a rejected fit leaves the emulator unchanged.
+        data = _check_training_data("trajectories", trajectories, 3)
         if data.shape[1] < 2:
             raise ValueError(f"trajectories need at least 2 steps, got shape {tuple(data.shape)}")
+        n_iter, batch_size = _check_count("n_iter", n_iter), _check_count("batch_size", batch_size)
+        lr = _check_positive("lr", lr)
+        weight_decay = _check_positive("weight_decay", weight_decay, allow_zero=True)
         mean, std = _field_stats(data)
+        with torch.no_grad():
+            was_training = self.training
+            self.eval()
+            try:
+                probe = self.increment((data[:1, 0] - mean) / std)
+            except RuntimeError as exc:
+                raise ValueError(
+                    f"trajectories of event shape {tuple(data.shape[2:])} do not fit net: {exc}"
+                ) from exc
+            finally:
+                self.train(was_training)
+        if probe.shape != data[:1, 0].shape:
+            raise ValueError(
+                f"net must return increments of the event shape {tuple(data.shape[2:])}, got {tuple(probe.shape[1:])}"
+            )
         self.field_mean.fill_(mean)
         self.field_std.fill_(std)
         data = (data - mean) / std
@@ -380,6 +453,12 @@ def _progress(it: range, enabled: bool, desc: str):
 # ----------------------------------------------------------------------------------------------------------
 # Thermalizer: DDPM ε-network + noise-level classifier
 # ----------------------------------------------------------------------------------------------------------
+
+
+def _head_classes(level_head: nn.Module) -> int | None:
+    """The class count of a head whose last registered leaf module is an ``nn.Linear`` (else None)."""
+    leaves = [m for m in level_head.modules() if not any(True for _ in m.children())]
+    return leaves[-1].out_features if leaves and isinstance(leaves[-1], nn.Linear) else None
 
 
 class Thermalizer(nn.Module):
@@ -419,6 +498,14 @@ class Thermalizer(nn.Module):
         for name, mod in (("eps_net", eps_net), ("level_head", level_head)):
             if not isinstance(mod, nn.Module):
                 raise TypeError(f"{name} must be an nn.Module, got {type(mod).__name__}")
+        if isinstance(T, bool) or not isinstance(T, int) or T < 2:
+            raise ValueError(f"T must be an int >= 2 (number of diffusion levels), got {T!r}")
+        n_classes = _head_classes(level_head)
+        if n_classes is not None and n_classes != T:
+            raise ValueError(
+                f"level_head must output T={T} logits (one per noise level), but its last layer is "
+                f"nn.Linear(..., out_features={n_classes})"
+            )
         if isinstance(schedule, Tensor):
             betas = schedule.detach().to(torch.float64).flatten()
             if betas.numel() != T or not bool(((betas > 0) & (betas < 1)).all()):
@@ -493,14 +580,34 @@ class Thermalizer(nn.Module):
         return mean + _expand(self.posterior_std[k], xk) * z
 
     # -- classifier ----------------------------------------------------------------------------------------
+    def _check_logits(self, logits: Tensor, b: int) -> Tensor:
+        if not isinstance(logits, Tensor) or tuple(logits.shape) != (b, self.T):
+            got = tuple(logits.shape) if isinstance(logits, Tensor) else type(logits).__name__
+            raise ValueError(f"level_head must return logits of shape (B, T) = ({b}, {self.T}), got {got}")
+        return logits
+
     def level_logits(self, x: Tensor) -> Tensor:
         """Logits ``(B, T)`` of the noise level of physical states ``x`` ``(B, *event)``."""
-        return self.level_head(self.normalize(x))
+        return self._check_logits(self.level_head(self.normalize(x)), x.shape[0])
 
     @torch.no_grad()
     def noise_level(self, x: Tensor) -> Tensor:
-        """Detected noise level ``k̂ = argmax logits`` per element, int64 ``(B,)``."""
+        """Detected noise level ``k̂ = argmax logits`` per element, int64 ``(B,)``.
+
+        ``x`` must be finite: a NaN/Inf state has no noise level (``ValueError``; argmax over NaN logits
+        would silently report level 0, "clean"). :func:`thermalized_rollout` aborts such elements instead.
+        """
+        self._check_event("x", _check_states("x", x))
         return self.level_logits(x).argmax(dim=-1)
+
+    def _check_event(self, name: str, x: Tensor) -> Tensor:
+        """After :meth:`fit`, states must have the event shape of the training snapshots."""
+        event = getattr(self, "_event_shape", None)
+        if event is not None and tuple(x.shape[1:]) != event:
+            raise ValueError(
+                f"{name} must have shape (B, {', '.join(map(str, event))}), got {tuple(x.shape)}"
+            )
+        return x
 
     # -- training ------------------------------------------------------------------------------------------
     def loss(
@@ -526,7 +633,7 @@ class Thermalizer(nn.Module):
         eps = self.project(torch.randn(x0.shape, generator=generator, device=x0.device, dtype=x0.dtype))
         xk = self.q_sample(x0, k, eps)
         mse = F.mse_loss(self.predict_eps(xk, k), eps)
-        logits = self.level_head(xk)
+        logits = self._check_logits(self.level_head(xk), b)
         ce = F.cross_entropy(logits, k)
         acc = (logits.argmax(-1) == k).float().mean()
         return mse + self.lambda_cls * ce, {"mse": mse.item(), "ce": ce.item(), "acc": acc.item()}
@@ -557,8 +664,23 @@ class Thermalizer(nn.Module):
         Returns:
             self in eval mode, ``field_mean``/``field_std`` set from ``snapshots``.
         """
-        data = _as_float_tensor("snapshots", snapshots, 2).float()
+        # Validate everything before touching any state: a rejected fit leaves the model unchanged.
+        data = _check_training_data("snapshots", snapshots, 2)
+        n_iter, batch_size = _check_count("n_iter", n_iter), _check_count("batch_size", batch_size)
+        lr = _check_positive("lr", lr)
+        weight_decay = _check_positive("weight_decay", weight_decay, allow_zero=True)
+        if ema_decay is not None and not (isinstance(ema_decay, (int, float)) and 0 <= ema_decay < 1):
+            raise ValueError(f"ema_decay must be None or a number in [0, 1), got {ema_decay!r}")
+        if level_weights is not None:
+            lw = torch.as_tensor(level_weights, dtype=torch.float64)
+            if lw.shape != (self.T,) or not bool(torch.isfinite(lw).all() & (lw >= 0).all()) or lw.sum() <= 0:
+                raise ValueError(
+                    f"level_weights must be a ({self.T},) tensor of finite weights >= 0 with a positive sum, "
+                    f"got shape {tuple(lw.shape)}"
+                )
         mean, std = _field_stats(data)
+        self._probe_heads((data[:2] - mean) / std)
+        self._event_shape = tuple(data.shape[1:])
         self.field_mean.fill_(mean)
         self.field_std.fill_(std)
         gen = torch.Generator().manual_seed(seed)
@@ -584,6 +706,27 @@ class Thermalizer(nn.Module):
         if ema is not None:
             self.load_state_dict(ema.state_dict())
         return self.eval()
+
+    @torch.no_grad()
+    def _probe_heads(self, xn: Tensor) -> None:
+        """Check the output shapes of both networks on a normalised batch, in eval mode (no state change)."""
+        was_training = self.training
+        self.eval()
+        try:
+            k = torch.zeros(xn.shape[0], dtype=torch.long, device=xn.device)
+            try:
+                eps = self.eps_net(xn, k) if self.time_conditioned else self.eps_net(xn)
+                logits = self.level_head(xn)
+            except RuntimeError as exc:
+                raise ValueError(
+                    f"snapshots of event shape {tuple(xn.shape[1:])} do not fit eps_net/level_head: {exc}"
+                ) from exc
+            if not isinstance(eps, Tensor) or eps.shape != xn.shape:
+                got = tuple(eps.shape) if isinstance(eps, Tensor) else type(eps).__name__
+                raise ValueError(f"eps_net must return the shape of its input {tuple(xn.shape)}, got {got}")
+            self._check_logits(logits, xn.shape[0])
+        finally:
+            self.train(was_training)
 
     # -- inference -----------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -616,6 +759,7 @@ class Thermalizer(nn.Module):
             denoised states ``(B, *event)`` and the number of reverse steps per element, int64 ``(B,)``
             (``max(levels − stop, 0)``).
         """
+        self._check_event("x", _check_states("x", x))
         levels = torch.as_tensor(levels, device=x.device)
         if levels.dtype not in (torch.int64, torch.int32) or levels.shape != x.shape[:1]:
             raise ValueError(
@@ -750,6 +894,10 @@ def thermalized_rollout(
         )
     if not bool(torch.isfinite(x0).all()):
         raise ValueError("x0 must be finite, got NaN/inf entries")
+    if x0.numel() == 0:
+        raise ValueError(f"x0 must have no empty axis, got shape {tuple(x0.shape)}")
+    if thermalizer is not None:
+        thermalizer._check_event("x0", x0)
     if isinstance(n_steps, bool) or not isinstance(n_steps, int) or n_steps < 1:
         raise ValueError(f"n_steps must be a positive int, got {n_steps!r}")
     if thermalizer is not None:

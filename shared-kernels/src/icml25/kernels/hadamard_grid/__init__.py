@@ -48,8 +48,11 @@ def _check_group(group: object) -> int:
 def _check_grid(grid: object, group: int) -> torch.Tensor:
     if not isinstance(grid, torch.Tensor) or not grid.is_floating_point():
         raise TypeError(f"grid must be a float torch.Tensor (n, d), got {type(grid).__name__}")
-    if grid.dim() != 2 or grid.shape[0] < 1:
-        raise ValueError(f"grid must have shape (n, d) with n >= 1, got {tuple(grid.shape)}")
+    if grid.dim() != 2 or grid.shape[0] < 1 or grid.shape[1] < 1:
+        raise ValueError(f"grid must have shape (n, d) with n, d >= 1, got {tuple(grid.shape)}")
+    # Value check off CUDA only: on the GPU it would cost a host sync per call (as sparse_attention does).
+    if grid.device.type != "cuda" and not bool(torch.isfinite(grid).all()):
+        raise ValueError(f"grid must be finite, got NaN/Inf entries in a grid of shape {tuple(grid.shape)}")
     if group % grid.shape[1]:
         raise ValueError(f"grid dim d={grid.shape[1]} must divide group={group}")
     return grid
@@ -66,7 +69,10 @@ def _backend(group: int, *tensors: torch.Tensor, backend: str | None) -> str:
 
 
 def fwht(x: torch.Tensor) -> torch.Tensor:
-    """Unnormalised fast Walsh-Hadamard transform along the last dim (a power of two); ``fwht(fwht(x)) = n x``."""
+    """Unnormalised fast Walsh-Hadamard transform along the last dim (a power of two); ``fwht(fwht(x)) = n x``.
+
+    A linear map: NaN/Inf entries propagate to the outputs of their row (values are not inspected).
+    """
     if not isinstance(x, torch.Tensor) or not x.is_floating_point():
         raise TypeError(f"x must be a float torch.Tensor, got {type(x).__name__}")
     if x.dim() == 0 or x.shape[-1] < 1 or x.shape[-1] & (x.shape[-1] - 1):
@@ -80,7 +86,8 @@ def grid_encode(
     """Encode ``x`` ``(..., c)`` with a ``(n, d)`` grid after a Hadamard rotation per group.
 
     Args:
-        x: float tensor ``(..., c)``, finite, ``c % group == 0``.
+        x: float tensor ``(..., c)``, finite, ``c % group == 0``; off CUDA a NaN/Inf ``x`` or a group norm
+            beyond float16 raises ``ValueError`` (on CUDA it is not checked: that would sync the host).
         grid: float ``(n, d)`` grid points (optimised for N(0, I_d)); ``d`` divides ``group``.
         group: power-of-two group size (one float16 scale per group).
         backend: ``"auto"``, ``"reference"`` or ``"triton"``; ``None`` reads ``ICML25_KERNELS_BACKEND``.
@@ -99,8 +106,18 @@ def grid_encode(
     if _backend(group, x, backend=backend) == "triton":
         from icml25.kernels.hadamard_grid import triton as _triton
 
-        return _triton.encode(x.detach(), grid, group)
-    return _reference.encode(x.detach(), grid, group)
+        idx, scale = _triton.encode(x.detach(), grid, group)
+    else:
+        idx, scale = _reference.encode(x.detach(), grid, group)
+    # Off CUDA, reject what would silently give a NaN/Inf float16 scale (on CUDA: a host sync; skipped).
+    if x.device.type != "cuda" and scale.numel() and not bool(torch.isfinite(scale).all()):
+        n_bad = int((~torch.isfinite(x)).sum())
+        raise ValueError(
+            f"x must be finite with group norms representable in float16 (<= 65504); got {n_bad} NaN/Inf "
+            f"values and max |x| = {float(x.detach().abs().nan_to_num(0, 0, 0).amax()):.4g} in a tensor of "
+            f"shape {tuple(x.shape)}"
+        )
+    return idx, scale
 
 
 def grid_decode(
@@ -134,6 +151,10 @@ def grid_decode(
         )
     if dtype not in _DTYPES:
         raise TypeError(f"dtype must be torch.float32, torch.float16 or torch.bfloat16, got {dtype!r}")
+    if scale.numel() and not bool(torch.isfinite(scale).all()):  # idx's range check below syncs anyway
+        raise ValueError(
+            f"scale must be finite, got NaN/Inf entries in a tensor of shape {tuple(scale.shape)}"
+        )
     if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= grid.shape[0]):
         raise ValueError(f"idx must lie in [0, {grid.shape[0]}), got [{int(idx.min())}, {int(idx.max())}]")
     if _backend(group, idx, scale, backend=backend) == "triton":

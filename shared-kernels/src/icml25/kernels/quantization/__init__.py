@@ -38,6 +38,7 @@ from icml25.kernels.quantization import reference as _reference
 from icml25.kernels.quantization.reference import SUPPORTED_BITS, SUPPORTED_DTYPES, SUPPORTED_GROUP_SIZES
 
 __all__ = [
+    "MAX_ABS",
     "SUPPORTED_BITS",
     "SUPPORTED_DTYPES",
     "SUPPORTED_GROUP_SIZES",
@@ -69,9 +70,38 @@ def _check_float_tensor(name: str, x: object) -> torch.Tensor:
     return x
 
 
+# Largest |x| that quantize accepts: a group's range max - min (computed in float32) then stays <= half the
+# float32 range, so scale, the codes and the dequantized values code * scale + zero are all finite.
+MAX_ABS = torch.finfo(torch.float32).max / 4
+
+
+def _check_finite_range(name: str, x: torch.Tensor) -> None:
+    """Reject NaN/Inf and magnitudes above :data:`MAX_ABS` (one reduction and one host sync)."""
+    if x.numel() == 0:
+        return
+    peak = float(x.detach().abs().amax().float())
+    if math.isfinite(peak) and peak <= MAX_ABS:
+        return
+    if not math.isfinite(peak):
+        n_nan = int(torch.isnan(x).sum())
+        n_inf = int(torch.isinf(x).sum())
+        raise ValueError(
+            f"{name} must be finite; got {n_nan} NaN and {n_inf} Inf values in a tensor of shape "
+            f"{tuple(x.shape)} (a non-finite value would turn its whole group into NaN)"
+        )
+    raise ValueError(
+        f"{name} must have |values| <= {MAX_ABS:.4g} (a quarter of the float32 range, so that each group's "
+        f"max - min is representable); got max |{name}| = {peak:.4g}"
+    )
+
+
 @dataclass(frozen=True, eq=False)  # eq on tensors is ambiguous; compare fields explicitly
 class QuantizedTensor:
     """A group-quantized tensor: packed codes plus per-group scale and zero.
+
+    The constructor checks shapes, dtypes and devices but not values (no host sync): a hand-built
+    ``scale``/``zero`` holding NaN/Inf dequantizes to NaN/Inf in its groups. :func:`quantize` never
+    produces one.
 
     Attributes:
         packed: int32 ``(*shape[:-1], shape[-1] // group_size, bits * group_size // 32)`` packed codes.
@@ -172,15 +202,25 @@ class QuantizedTensor:
 
 
 def quantize(
-    x: torch.Tensor, bits: int, group_size: int = 64, *, backend: str | None = None
+    x: torch.Tensor,
+    bits: int,
+    group_size: int = 64,
+    *,
+    backend: str | None = None,
+    check_finite: bool = True,
 ) -> QuantizedTensor:
     """Asymmetric min-max group quantization of ``x`` along its last dim, codes packed into int32.
 
     Args:
-        x: float32/float16/bfloat16 tensor ``(..., d)``, finite, ``d`` divisible by ``group_size``.
+        x: float32/float16/bfloat16 tensor ``(..., d)``, finite, ``|x| <= MAX_ABS`` (a quarter of the
+            float32 range), ``d`` divisible by ``group_size``. An empty ``x`` gives an empty result.
         bits: code width, 2, 3, 4 or 8.
         group_size: 32, 64 or 128 consecutive elements of the last dim per (scale, zero) pair.
         backend: ``"auto"``, ``"reference"`` or ``"triton"``; ``None`` reads ``ICML25_KERNELS_BACKEND``.
+        check_finite: raise ``ValueError`` on NaN/Inf or ``|x| > MAX_ABS`` (a NaN/Inf would silently
+            turn its whole group into NaN). The check is one reduction plus a host-device sync; pass
+            ``False`` on a hot CUDA path when ``x`` is known to be finite (like ``scipy``'s
+            ``check_finite``); the result for an unchecked non-finite ``x`` is then undefined.
 
     Returns:
         :class:`QuantizedTensor` with ``packed`` ``(..., d // group_size, bits * group_size // 32)`` and
@@ -193,6 +233,8 @@ def quantize(
         raise ValueError(
             f"x's last dim must be divisible by group_size={group_size}, got shape {tuple(x.shape)}"
         )
+    if check_finite:
+        _check_finite_range("x", x)
     if select_backend(x, backend=backend) == "triton":
         from icml25.kernels.quantization import triton as _triton
 
@@ -221,10 +263,16 @@ def dequantize(q: QuantizedTensor, *, backend: str | None = None) -> torch.Tenso
 
 
 def quantize_dequantize(
-    x: torch.Tensor, bits: int, group_size: int = 64, *, backend: str | None = None
+    x: torch.Tensor,
+    bits: int,
+    group_size: int = 64,
+    *,
+    backend: str | None = None,
+    check_finite: bool = True,
 ) -> torch.Tensor:
     """Fake quantization: ``dequantize(quantize(x, bits, group_size))``, same shape and dtype as ``x``."""
-    return dequantize(quantize(x, bits, group_size, backend=backend), backend=backend)
+    q = quantize(x, bits, group_size, backend=backend, check_finite=check_finite)
+    return dequantize(q, backend=backend)
 
 
 def pack_codes(codes: torch.Tensor, bits: int) -> torch.Tensor:

@@ -86,6 +86,12 @@ def _check_tensor(name: str, x: object) -> torch.Tensor:
         )
     if not x.is_floating_point():
         raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
+    if x.numel() == 0:
+        # Lk = 0 leaves softmax with no key to normalise over, d = 0 makes the default scale 1/sqrt(d)
+        # undefined; an empty batch or head axis has nothing to attend. None of them has a defined output.
+        raise ValueError(
+            f"{name} must have every dimension >= 1 (B, H, L and the head dim d), got shape {tuple(x.shape)}"
+        )
     return x
 
 

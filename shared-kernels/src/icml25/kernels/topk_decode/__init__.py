@@ -107,7 +107,8 @@ def topk_decode(
     """Decode sparse codes: ``out[..., :] = Σ_j values[..., j] · W_dec[idx[..., j], :]``.
 
     Equal to scattering ``values`` into a dense ``z`` [..., n] and computing ``z @ W_dec`` (repeated indices
-    add up), in O(k·d) per row. Add the decoder bias yourself.
+    add up), in O(k·d) per row. Add the decoder bias yourself. NaN/Inf in ``values`` or ``W_dec`` propagate
+    to the rows that use them, as in a matmul (the values are not inspected: no host sync on the hot path).
 
     Args:
         values: [..., k] activations (differentiable).
@@ -155,6 +156,8 @@ def topk_decode_prefix(
     lead = values.shape[:-1]
     v2 = values.reshape(-1, values.shape[-1])
     i2 = idx.reshape(-1, idx.shape[-1])
+    if W_dec.shape[1] == 0 or v2.shape[0] == 0:  # d = 0 or no rows: an empty (exact) result
+        return W_dec.new_zeros(len(ks_t), *lead, W_dec.shape[1])
     if select_backend(values, idx, W_dec, backend=backend) == "triton":
         out = _TritonPrefixDecode.apply(v2, i2, W_dec, ks_t)
     else:

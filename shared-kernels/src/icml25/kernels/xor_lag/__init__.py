@@ -19,15 +19,64 @@ from __future__ import annotations
 import torch
 
 from icml25.kernels._dispatch import select_backend
+from icml25.kernels.xor_lag import reference as _ref
 from icml25.kernels.xor_lag.reference import (
     WORD_BITS,
     n_patches,
-    pack_bits,
-    popcount32,
-    unpack_bits,
     xor_lag_counts_bruteforce,
     xor_lag_counts_reference,
 )
+
+
+def _is_int(t: torch.Tensor) -> bool:
+    return not (t.is_floating_point() or t.is_complex() or t.dtype == torch.bool)
+
+
+def pack_bits(bits: torch.Tensor) -> torch.Tensor:
+    """Pack ``[n, n_bits]`` bool (or 0/1 integer) streams 32 bits per word -> ``[n, ceil(n_bits / 32)]`` int64.
+
+    Validated wrapper of :func:`icml25.kernels.xor_lag.reference.pack_bits` (layout there); empty axes give
+    an empty result.
+    """
+    if not isinstance(bits, torch.Tensor):
+        raise TypeError(f"bits must be a torch.Tensor [n, n_bits], got {type(bits).__name__}")
+    if bits.dtype != torch.bool and not _is_int(bits):
+        raise TypeError(f"bits must be a bool or 0/1 integer tensor [n, n_bits], got dtype {bits.dtype}")
+    if bits.dim() != 2:
+        raise ValueError(f"bits must be 2-D [n, n_bits], got shape {tuple(bits.shape)}")
+    if bits.dtype != torch.bool and bits.numel() and (int(bits.min()) < 0 or int(bits.max()) > 1):
+        raise ValueError(f"bits must hold only 0 and 1, got range [{int(bits.min())}, {int(bits.max())}]")
+    return _ref.pack_bits(bits)
+
+
+def unpack_bits(words: torch.Tensor, n_bits: int) -> torch.Tensor:
+    """Inverse of :func:`pack_bits`: ``[n, n_words]`` integer words -> ``[n, n_bits]`` bool."""
+    if not isinstance(words, torch.Tensor) or not _is_int(words):
+        got = words.dtype if isinstance(words, torch.Tensor) else type(words).__name__
+        raise TypeError(f"words must be an integer torch.Tensor [n, n_words], got {got}")
+    if words.dim() != 2:
+        raise ValueError(f"words must be 2-D [n, n_words], got shape {tuple(words.shape)}")
+    if (
+        isinstance(n_bits, bool)
+        or not isinstance(n_bits, int)
+        or not 0 <= n_bits <= WORD_BITS * words.shape[1]
+    ):
+        raise ValueError(
+            f"n_bits must be an int in [0, 32 * n_words = {WORD_BITS * words.shape[1]}] for words of shape "
+            f"{tuple(words.shape)}, got {n_bits!r}"
+        )
+    if words.numel() == 0:
+        return torch.zeros(words.shape[0], n_bits, dtype=torch.bool, device=words.device)
+    return _ref.unpack_bits(words.to(torch.int64), n_bits)
+
+
+def popcount32(v: torch.Tensor) -> torch.Tensor:
+    """Number of set bits of each integer element holding a value in ``[0, 2**32)`` (int64, shape of ``v``)."""
+    if not isinstance(v, torch.Tensor) or not _is_int(v):
+        got = v.dtype if isinstance(v, torch.Tensor) else type(v).__name__
+        raise TypeError(f"v must be an integer torch.Tensor of 32-bit words, got {got}")
+    return _ref.popcount32(v.to(torch.int64))
+
 
 __all__ = [
     "WORD_BITS",

@@ -9,7 +9,9 @@ ARROW sits in front of a time-series causal discovery algorithm:
 2. **XOR lag discovery** (:func:`xor_lag_scores`): for every ordered pair and lag, the fraction of
    identical and mirrored patch shapes between the effect at ``t+τ`` and the cause at ``t``, computed by
    the packed XOR/popcount op :func:`icml25.kernels.xor_lag.xor_lag_counts`;
-3. **pruning** (:func:`prune_candidates`): a global ranking, threshold 0.33 and cap ``d²/4``;
+3. **pruning** (:func:`prune_candidates`): a global ranking, threshold 0.33 and cap ``d²/4``; optionally
+   (``ARROW(rescue="dependence")``, our extension) a binned mutual-information screen
+   (:func:`rescue_candidates`) adds back dropped pairs with a non-monotone dependence;
 4. the base (:class:`ARROW`, PCMCI / VARLiNGAM / Granger / callable) runs on the kept (cause, lag) links.
 
 Example::
@@ -30,11 +32,14 @@ from icml25.causal_discovery.arrow.bases import (
 )
 from icml25.causal_discovery.arrow.estimator import ARROW, default_lag_max, to_networkx
 from icml25.causal_discovery.arrow.lags import (
+    DependenceScores,
     LagScores,
     check_lag_max,
+    dependence_scores,
     n_top,
     null_threshold,
     prune_candidates,
+    rescue_candidates,
     xor_lag_scores,
 )
 from icml25.causal_discovery.arrow.simulate import (
@@ -50,11 +55,13 @@ from icml25.causal_discovery.arrow.weaving import check_series, pack_trend_bits,
 __all__ = [
     "ARROW",
     "BASES",
+    "DependenceScores",
     "LagScores",
     "all_links",
     "check_lag_max",
     "check_series",
     "default_lag_max",
+    "dependence_scores",
     "granger_base",
     "lagged_f1",
     "links_to_mask",
@@ -64,6 +71,7 @@ __all__ = [
     "pcmci_base",
     "prune_candidates",
     "pruning_recall",
+    "rescue_candidates",
     "simulate_repository_var",
     "simulate_svar",
     "summary_rates",

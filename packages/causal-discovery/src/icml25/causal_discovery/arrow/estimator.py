@@ -5,7 +5,10 @@ The base algorithm sees only the kept (cause, lag) pairs of each effect, and its
 here: an effect with no kept cause is given every variable at every lag of that window (``fallback="all"``),
 and ``pad=0`` (only ``τ*``). Our additions: each variable's own lag-1 link is always tested
 (``self_lag1=True``, the autoregressive term that a 2-bit trend code often misses), ``theta="null"``,
-``per_target_cap``, ``input="raw"`` by default (the official code feeds the symbols, ``input="codes"``).
+``per_target_cap``, ``input="raw"`` by default (the official code feeds the symbols, ``input="codes"``),
+and ``rescue="dependence"``: a binned mutual-information screen of the pairs the XOR step drops, which
+restores the links of non-monotone link functions (whose trend codes agree with their cause only at
+chance level) at the cost of the screen and of the extra base tests.
 """
 
 from __future__ import annotations
@@ -20,7 +23,13 @@ import numpy as np
 from sklearn.base import BaseEstimator
 
 from icml25.causal_discovery.arrow.bases import BASES, Links, links_to_mask
-from icml25.causal_discovery.arrow.lags import check_lag_max, null_threshold, prune_candidates, xor_lag_scores
+from icml25.causal_discovery.arrow.lags import (
+    check_lag_max,
+    null_threshold,
+    prune_candidates,
+    rescue_candidates,
+    xor_lag_scores,
+)
 from icml25.causal_discovery.arrow.weaving import check_series, constant_columns, time_weave, warn_constant
 
 
@@ -46,6 +55,12 @@ class ARROW(BaseEstimator):
         fallback: ``"all"`` gives effects without kept causes every variable at every lag of the window
             (official PCMCI wrapper); ``"none"`` tests nothing for them.
         input: ``"raw"`` values or the patch ``"codes"`` (symbols, as the official code) for the base.
+        rescue: ``"none"`` (official: only the XOR-kept pairs) or ``"dependence"``: also keep the pairs that
+            the XOR step dropped but whose lagged binned mutual information (rank bins, raw values) is
+            significant, each at its own best lag (:func:`~icml25.causal_discovery.arrow.rescue_candidates`).
+            Use it when links may be non-monotone (``sin``, quadratic): the trend codes miss them.
+        rescue_bins: equal-frequency bins per series of the screen (``(bins-1)²`` degrees of freedom).
+        rescue_alpha: family-wise level of the screen (Bonferroni over screened pairs × lags).
         null_shifts, null_quantile: surrogate count and quantile for ``theta="null"``.
         nan_policy: ``"raise"`` or ``"interpolate"``.
         constant_policy: ``"raise"`` (ValueError) or ``"exclude"`` (warn and drop as cause and effect).
@@ -59,9 +74,11 @@ class ARROW(BaseEstimator):
         summary_: bool ``[d, d]`` (``graph_.any(-1)``).
         lags_: int ``[d, d]``, ``τ*`` of the kept pairs, 0 for pruned pairs.
         tau_star_, scores_: ``[d, d]`` best lag and score of every pair; ``same_``, ``opp_``: ``[d, d, L]``.
-        candidates_: kept ``[(effect, cause, lag), ...]``; links_: the links given to the base.
+        candidates_: kept ``[(effect, cause, lag), ...]`` (the XOR-kept pairs, then the rescued ones);
+            rescued_: the rescued pairs (empty with ``rescue="none"``); links_: the links given to the base.
         theta_: the threshold used; excluded_: excluded constant series.
-        timings_: seconds of ``encode``, ``xor``, ``prune``, ``base`` and ``total``.
+        timings_: seconds of ``encode``, ``xor``, ``prune``, ``base`` and ``total`` (and ``rescue``, the
+            screen, when ``rescue="dependence"``).
     """
 
     def __init__(
@@ -76,6 +93,9 @@ class ARROW(BaseEstimator):
         self_lag1: bool = True,
         fallback: str = "all",
         input: str = "raw",
+        rescue: str = "none",
+        rescue_bins: int = 6,
+        rescue_alpha: float = 0.05,
         null_shifts: int = 20,
         null_quantile: float = 0.95,
         nan_policy: str = "raise",
@@ -95,6 +115,9 @@ class ARROW(BaseEstimator):
         self.self_lag1 = self_lag1
         self.fallback = fallback
         self.input = input
+        self.rescue = rescue
+        self.rescue_bins = rescue_bins
+        self.rescue_alpha = rescue_alpha
         self.null_shifts = null_shifts
         self.null_quantile = null_quantile
         self.nan_policy = nan_policy
@@ -118,6 +141,20 @@ class ARROW(BaseEstimator):
     def _check_params(self) -> None:
         if self.input not in ("raw", "codes"):
             raise ValueError(f"input must be 'raw' or 'codes', got {self.input!r}")
+        if self.rescue not in ("none", "dependence"):
+            raise ValueError(f"rescue must be 'none' or 'dependence', got {self.rescue!r}")
+        if (
+            isinstance(self.rescue_bins, bool)
+            or not isinstance(self.rescue_bins, (int, np.integer))
+            or (self.rescue_bins < 2)
+        ):
+            raise ValueError(f"rescue_bins must be an int >= 2, got {self.rescue_bins!r}")
+        if (
+            isinstance(self.rescue_alpha, bool)
+            or not isinstance(self.rescue_alpha, (int, float, np.floating))
+            or not 0 < self.rescue_alpha < 1
+        ):
+            raise ValueError(f"rescue_alpha must be a float in (0, 1), got {self.rescue_alpha!r}")
         if self.fallback not in ("all", "none"):
             raise ValueError(f"fallback must be 'all' or 'none', got {self.fallback!r}")
         if self.constant_policy not in ("raise", "exclude"):
@@ -129,6 +166,8 @@ class ARROW(BaseEstimator):
                 raise ValueError(f"theta must be a float or 'null', got {self.theta!r}")
         elif isinstance(self.theta, bool) or not isinstance(self.theta, (int, float, np.floating)):
             raise TypeError(f"theta must be a float or 'null', got {type(self.theta).__name__}")
+        elif math.isnan(self.theta):
+            raise ValueError(f"theta must be a float threshold (±inf allowed) or 'null', got {self.theta!r}")
 
     def _prepare(self, X: object) -> tuple[np.ndarray, list[int]]:
         arr = check_series(X, nan_policy=self.nan_policy)
@@ -179,6 +218,14 @@ class ARROW(BaseEstimator):
         cands = prune_candidates(
             sc.score, sc.tau_star, theta, self.k, self.per_target_cap, self.include_self, exclude=const
         )
+        t_rescue = time.perf_counter()
+        rescued: list[tuple[int, int, int]] = []
+        if self.rescue == "dependence":
+            rescued, _ = rescue_candidates(
+                arr, cands, L, self.rescue_bins, self.rescue_alpha, self.k, self.include_self, const
+            )
+            cands = cands + rescued
+        t_rescue = time.perf_counter() - t_rescue
         links = self._links(cands, d, L, const)
         t3 = time.perf_counter()
 
@@ -197,6 +244,7 @@ class ARROW(BaseEstimator):
         self.excluded_ = const
         self.tau_star_, self.scores_, self.same_, self.opp_ = sc
         self.candidates_ = cands
+        self.rescued_ = rescued
         self.links_ = links
         self.graph_ = raw.astype(bool) & links_to_mask(links, d, tau_max)  # only tested links count
         self.summary_ = self.graph_.any(-1)
@@ -210,6 +258,8 @@ class ARROW(BaseEstimator):
             "base": t4 - t3,
             "total": time.perf_counter() - t_start,
         }
+        if self.rescue != "none":
+            self.timings_["rescue"] = t_rescue  # also counted in "prune"
         return self
 
     def _links(self, cands: list[tuple[int, int, int]], d: int, L: int, const: list[int]) -> Links:

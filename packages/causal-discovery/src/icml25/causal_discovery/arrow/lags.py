@@ -77,9 +77,7 @@ def xor_lag_scores(
     Returns:
         :class:`LagScores` indexed ``[effect, cause]``.
     """
-    bits = np.asarray(bits)
-    if bits.ndim != 2 or bits.dtype != bool:
-        raise ValueError(f"bits must be a bool array [T-1, d], got shape {bits.shape} dtype {bits.dtype}")
+    bits = _check_bits(bits, lag_max, patch)
     T = bits.shape[0] + 1
     lag_max = check_lag_max(lag_max, T, patch)
     n_bits = bits.shape[0]
@@ -101,6 +99,18 @@ def xor_lag_scores(
 def n_top(d: int, k: float) -> int:
     """The official global cap ``⌊k·d²/2⌋`` on kept pairs (``d²/4`` for ``k = 0.5``)."""
     return math.floor(k * d * d / 2)
+
+
+def _check_bits(bits: object, lag_max: object, patch: int) -> np.ndarray:
+    arr = np.asarray(bits)
+    if arr.ndim != 2 or arr.dtype != bool:
+        raise ValueError(f"bits must be a bool array [T-1, d], got shape {arr.shape} dtype {arr.dtype}")
+    if isinstance(lag_max, int) and arr.shape[0] + 1 < lag_max + patch:
+        raise ValueError(
+            f"bits must hold T-1 >= lag_max + {patch - 1} = {lag_max + patch - 1} trend bits for lag_max={lag_max}, "
+            f"got shape {arr.shape}"
+        )
+    return arr
 
 
 def prune_candidates(
@@ -126,14 +136,23 @@ def prune_candidates(
     Returns:
         ``[(effect, cause, lag), ...]`` in descending score order; ties broken by ``(effect, cause)``.
     """
-    score = np.asarray(score, dtype=np.float64)
-    d = score.shape[0]
+    raw, lags = np.asarray(score), np.asarray(tau_star)
+    if raw.dtype.kind not in "iuf":
+        raise TypeError(f"score must be a real numeric [d, d] array, got dtype {raw.dtype}")
+    if lags.dtype.kind not in "iu":
+        raise TypeError(f"tau_star must be an integer [d, d] array of lags, got dtype {lags.dtype}")
+    score = raw.astype(np.float64)
+    if not np.isfinite(score).all():
+        raise ValueError(f"score must be finite, got {int((~np.isfinite(score)).sum())} NaN/Inf entries")
+    d = score.shape[0] if score.ndim else 0
     if score.ndim != 2 or score.shape != (d, d) or np.shape(tau_star) != (d, d):
         raise ValueError(
             f"score and tau_star must be square [d, d] arrays, got {score.shape} and {np.shape(tau_star)}"
         )
-    if isinstance(theta, bool) or not isinstance(theta, (int, float, np.floating)) or math.isnan(theta):
-        raise TypeError(f"theta must be a float threshold, got {theta!r}")
+    if isinstance(theta, bool) or not isinstance(theta, (int, float, np.floating)):
+        raise TypeError(f"theta must be a float threshold, got {type(theta).__name__} {theta!r}")
+    if math.isnan(theta):
+        raise ValueError(f"theta must be a float threshold (±inf allowed), not NaN, got {theta!r}")
     if not isinstance(k, (int, float, np.floating)) or not k > 0:
         raise ValueError(f"k must be a float > 0 (cap = floor(k*d^2/2) pairs), got {k!r}")
     if per_target_cap is not None and (
@@ -183,8 +202,10 @@ def null_threshold(
     Returns:
         the threshold (compare with ``>`` like ``theta``).
     """
-    bits = np.asarray(bits)
+    bits = _check_bits(bits, lag_max, patch)
     n_bits, d = bits.shape
+    if d == 0:
+        raise ValueError(f"bits must have at least one variable column [T-1, d >= 1], got shape {bits.shape}")
     lag_max = check_lag_max(lag_max, n_bits + 1, patch)
     if isinstance(n_shifts, bool) or not isinstance(n_shifts, (int, np.integer)) or n_shifts < 1:
         raise ValueError(f"null_shifts must be an int >= 1, got {n_shifts!r}")
@@ -203,3 +224,121 @@ def null_threshold(
         sc = xor_lag_scores(both, lag_max, patch, backend=backend, device=device).score
         maxima[s] = sc[:d, d:].max()
     return float(np.quantile(maxima, quantile))
+
+
+# ------------------------------------------------------------------------- dependence rescue (ours)
+class DependenceScores(NamedTuple):
+    """Output of :func:`dependence_scores`; every array is indexed ``[effect, cause, ...]``.
+
+    Attributes:
+        tau_star: int ``[d, d]``, the lag in ``1 … L-1`` with the largest ``G`` (the smallest one on ties).
+        score: float ``[d, d]``, ``max_τ G_ij(τ)``.
+        g: float ``[d, d, L]``, the G statistic ``2·n_τ·MI_ij(τ)`` (nats) per lag (slot 0 unused: 0).
+        df: degrees of freedom of ``G`` under independence, ``(bins-1)²``.
+    """
+
+    tau_star: np.ndarray
+    score: np.ndarray
+    g: np.ndarray
+    df: int
+
+
+def rank_bins(X: np.ndarray, bins: int) -> np.ndarray:
+    """Equal-frequency bin index ``0 … bins-1`` of every value, per column (ranks, ties by order)."""
+    T = X.shape[0]
+    ranks = np.argsort(np.argsort(X, axis=0, kind="stable"), axis=0, kind="stable")
+    return (ranks * bins // T).astype(np.int64)
+
+
+def dependence_scores(X: np.ndarray, lag_max: int, bins: int = 6) -> DependenceScores:
+    """Lagged binned mutual information of every ordered pair at lags ``1 … lag_max-1`` (our extension).
+
+    Each series is cut into ``bins`` equal-frequency (rank) bins; for effect ``i``, cause ``j`` and lag
+    ``τ`` the plug-in mutual information of ``(bin x_i(t), bin x_j(t-τ))`` over the ``n_τ = T-τ`` aligned
+    samples is turned into the G statistic ``2·n_τ·MI``, which is ``χ²((bins-1)²)`` for independent
+    samples. Unlike the trend codes it sees any dependence, monotone or not (a ``sin`` or quadratic link
+    whose up/down agreement with its cause is near chance). All pairs of one lag are one matrix product of
+    one-hot codes, ``[d·bins, n_τ] @ [n_τ, d·bins]``: ``O(L·T·d²·bins²)``.
+
+    Args:
+        X: float ``[T, d]`` raw values.
+        lag_max: ``L``; lag 0 is never scored (its slot stays 0), as for the XOR scores.
+        bins: bins per series (``>= 2``).
+
+    Returns:
+        :class:`DependenceScores` indexed ``[effect, cause]``.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    if X.ndim != 2:
+        raise ValueError(f"X must be a [T, d] array, got shape {X.shape}")
+    if isinstance(bins, bool) or not isinstance(bins, (int, np.integer)) or bins < 2:
+        raise ValueError(f"rescue_bins must be an int >= 2, got {bins!r}")
+    T, d = X.shape
+    lag_max = check_lag_max(lag_max, T)
+    codes = rank_bins(X, int(bins))
+    onehot = np.zeros((T, d, bins))
+    np.put_along_axis(onehot, codes[:, :, None], 1.0, axis=2)
+    onehot = onehot.reshape(T, d * bins)
+    g = np.zeros((d, d, lag_max))
+    for tau in range(1, lag_max):
+        n = T - tau
+        joint = (onehot[tau:].T @ onehot[:n]).reshape(d, bins, d, bins).transpose(0, 2, 1, 3) / n
+        p_eff = joint.sum(3, keepdims=True)  # [effect, cause, a, 1]
+        p_cause = joint.sum(2, keepdims=True)  # [effect, cause, 1, b]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            terms = np.where(joint > 0, joint * np.log(joint / (p_eff * p_cause)), 0.0)
+        g[:, :, tau] = 2.0 * n * terms.sum((2, 3))
+    tau_star = g.argmax(-1)
+    score = np.take_along_axis(g, tau_star[..., None], -1)[..., 0]
+    return DependenceScores(tau_star.astype(np.int64), score, g, (int(bins) - 1) ** 2)
+
+
+def rescue_candidates(
+    X: np.ndarray,
+    kept: list[Candidate],
+    lag_max: int,
+    bins: int = 6,
+    alpha: float = 0.05,
+    k: float = 0.5,
+    include_self: bool = True,
+    exclude: list[int] | tuple[int, ...] = (),
+) -> tuple[list[Candidate], DependenceScores]:
+    """Pairs that the XOR step dropped but a binned mutual-information screen finds dependent (our extension).
+
+    Every ordered pair not in ``kept`` (self pairs only with ``include_self``; none touching ``exclude``)
+    is tested at its best lag by :func:`dependence_scores`. A pair is rescued when its ``G`` exceeds the
+    ``χ²((bins-1)²)`` quantile at ``1 - alpha / m``, ``m`` = screened pairs × lags (a Bonferroni bound over
+    the whole screen, for independent samples: autocorrelation makes it liberal, which only costs base
+    time). The rescued pairs are ranked by ``G`` and capped at ``⌊k·d²/2⌋``; their lag is the screen's
+    argmax lag.
+
+    Returns:
+        ``([(effect, cause, lag), ...]`` in descending ``G`` order, the :class:`DependenceScores`).
+    """
+    from scipy.stats import chi2
+
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.floating)) or not 0 < alpha < 1:
+        raise ValueError(f"rescue_alpha must be a float in (0, 1), got {alpha!r}")
+    dep = dependence_scores(X, lag_max, bins)
+    d = dep.score.shape[0]
+    allowed = np.ones((d, d), dtype=bool)
+    if not include_self:
+        np.fill_diagonal(allowed, False)
+    for v in exclude:
+        allowed[v, :] = False
+        allowed[:, v] = False
+    for i, j, _ in kept:
+        allowed[i, j] = False
+    n_tests = int(allowed.sum()) * (lag_max - 1)
+    if n_tests == 0:
+        return [], dep
+    crit = float(chi2.isf(alpha / n_tests, dep.df))
+    flat = np.where(allowed, dep.score, -np.inf).ravel()
+    order = np.argsort(-flat, kind="stable")
+    rescued: list[Candidate] = []
+    for idx in order[: n_top(d, float(k))]:
+        if not flat[idx] > crit:
+            break
+        i, j = divmod(int(idx), d)
+        rescued.append((i, j, int(dep.tau_star[i, j])))
+    return rescued, dep

@@ -18,6 +18,13 @@ def _companion_radius(A: np.ndarray) -> float:
     return float(np.abs(np.linalg.eigvals(comp)).max())
 
 
+LINKS = {
+    "linear": lambda v: v,
+    "tanh": np.tanh,
+    "sin": lambda v: np.sin(1.5 * v),  # non-monotone
+}
+
+
 def simulate_svar(
     d: int = 20,
     T: int = 2000,
@@ -27,20 +34,26 @@ def simulate_svar(
     self_coef: float = 0.3,
     link: str = "linear",
     noise_sd: float = 1.0,
+    noise: str = "gaussian",
     burn_in: int = 200,
     rng: np.random.Generator | int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The brief's §6 SVAR: self-link ``self_coef`` at lag 1, ``n_parents`` parents per node at random lags.
 
     ``x_i(t) = self_coef·x_i(t-1) + Σ_j c_ij·f(x_j(t-τ_ij)) + ε``, ``|c_ij| ~ U(coef)`` with a random sign,
-    ``τ_ij ~ U{lags}``, ``f`` = identity (``link="linear"``) or ``tanh``. Linear draws whose VAR is not
-    stable (companion spectral radius ≥ 0.99) are redrawn.
+    ``τ_ij ~ U{lags}``, ``f`` = identity (``link="linear"``), ``tanh``, or ``sin(1.5·x)`` (``link="sin"``:
+    non-monotone, it falls for ``|x| > π/3``, about a third of the samples at the series' sd ≈ 1.2, so the
+    cause's and the effect's up/down trends agree only weakly). ``noise``: ``"gaussian"`` or ``"laplace"``
+    (heavier tails), sd ``noise_sd`` either way. Linear draws whose VAR is not stable (companion spectral
+    radius ≥ 0.99) are redrawn.
 
     Returns:
         ``X [T, d]`` and the true graph bool ``[d, d, lags[1]+1]``.
     """
-    if link not in ("linear", "tanh"):
-        raise ValueError(f"link must be 'linear' or 'tanh', got {link!r}")
+    if link not in LINKS:
+        raise ValueError(f"link must be one of {sorted(LINKS)}, got {link!r}")
+    if noise not in ("gaussian", "laplace"):
+        raise ValueError(f"noise must be 'gaussian' or 'laplace', got {noise!r}")
     if not 0 <= n_parents < d:
         raise ValueError(f"n_parents must be in [0, d-1] = [0, {d - 1}], got {n_parents}")
     rng = np.random.default_rng(rng)
@@ -52,13 +65,16 @@ def simulate_svar(
             for j in rng.choice([v for v in range(d) if v != i], size=n_parents, replace=False):
                 tau = int(rng.integers(lags[0], lags[1] + 1))
                 A[tau, i, j] = rng.uniform(*coef) * rng.choice([-1.0, 1.0])
-        if link == "tanh" or _companion_radius(A) < 0.99:
+        if link != "linear" or _companion_radius(A) < 0.99:
             break
     graph = (A != 0).transpose(1, 2, 0)  # [effect, cause, lag]
-    f = np.tanh if link == "tanh" else (lambda v: v)
+    f = LINKS[link]
     n = T + burn_in
     X = np.zeros((n, d))
-    eps = rng.normal(scale=noise_sd, size=(n, d))
+    if noise == "gaussian":
+        eps = rng.normal(scale=noise_sd, size=(n, d))
+    else:
+        eps = rng.laplace(scale=noise_sd / np.sqrt(2.0), size=(n, d))
     for t in range(n):
         x = eps[t].copy()
         for tau in range(1, min(L, t) + 1):

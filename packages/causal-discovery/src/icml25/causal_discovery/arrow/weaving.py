@@ -48,6 +48,11 @@ def check_series(X: object, *, name: str = "X", nan_policy: str = "raise", min_l
     arr = arr.astype(np.float64, copy=True)
     if np.isinf(arr).any():
         raise ValueError(f"{name} contains infinite values")
+    peak = float(np.nanmax(np.abs(arr))) if not np.isnan(arr).all() else 0.0
+    if peak > 1e150:  # squares (regressions, variances in the bases) would overflow float64
+        raise ValueError(
+            f"{name} must have |values| <= 1e150 (squares overflow float64), got max |{name}| = {peak:.3g}"
+        )
     nan = np.isnan(arr)
     if nan.any():
         if nan_policy == "raise":

@@ -1,4 +1,7 @@
-"""Polynomial-delay MAG listing with singleton background knowledge — ICML 2025 — P07: brute-force oracle for MAG listing (P07, ICML 2025): per-edge enumeration with pruning.
+"""Polynomial-delay MAG listing with singleton background knowledge — ICML 2025, P07: the brute-force
+oracle, per-edge enumeration with pruning.
+
+Wang, Du, Zhou, "Polynomial-delay MAG listing with singleton background knowledge", ICML 2025 (PMLR 267).
 
 Every edge that carries a circle is given one of the MAG edge types ``->``, ``<-``, ``<->`` allowed by its
 definite marks (never ``2^c`` mark assignments). Branches die as soon as an unshielded triple's collider
@@ -12,13 +15,9 @@ import warnings
 from dataclasses import dataclass
 
 from icml25.causal_discovery.mag_listing.graphs import MAG, PAG
-from icml25.causal_discovery.mag_listing.mag import (
-    _ancestral,
-    equivalent_marks,
-    is_mag_marks,
-    reference_mag,
-)
+from icml25.causal_discovery.mag_listing.mag import reference_mag
 from icml25.causal_discovery.mag_listing.marks import ARROW, CIRCLE, TAIL
+from icml25.causal_discovery.mag_listing.predicates import ancestral, equivalent_marks, is_mag_marks
 
 _TYPES = ((TAIL, ARROW), (ARROW, TAIL), (ARROW, ARROW))  # (mark at a, mark at b) for a < b
 
@@ -80,7 +79,7 @@ def enumerate_equivalent(
             m[b][a], m[a][b] = ma, mb
             if all(
                 (m[x][v] == ARROW and m[y][v] == ARROW) == col for x, v, y, col in checks[k]
-            ) and _ancestral(m, n):
+            ) and ancestral(m):
                 rec(k + 1)
         m[b][a] = m[a][b] = 0
 

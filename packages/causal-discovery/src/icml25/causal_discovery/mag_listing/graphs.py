@@ -1,5 +1,7 @@
-"""Polynomial-delay MAG listing with singleton background knowledge — ICML 2025 — P07: pAG and MAG containers for the MAG-listing subpackage (P07, ICML 2025), with networkx and causal-learn
-conversions.
+"""Polynomial-delay MAG listing with singleton background knowledge — ICML 2025, P07: the PAG and MAG
+containers, with networkx and causal-learn conversions.
+
+Wang, Du, Zhou, "Polynomial-delay MAG listing with singleton background knowledge", ICML 2025 (PMLR 267).
 
 Mark convention (pcalg ``amat.pag``): ``marks[i, j]`` is the mark **at j** on the edge ``i - j``;
 ``0`` none, ``1`` circle (``o``), ``2`` arrowhead (``>``), ``3`` tail (``-``). ``marks[a, b] = 2,
@@ -14,6 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from icml25.causal_discovery.mag_listing.fci import valid_pag_reference
 from icml25.causal_discovery.mag_listing.marks import (
     ARROW,
     CIRCLE,
@@ -22,6 +25,7 @@ from icml25.causal_discovery.mag_listing.marks import (
     reject_selection_bias,
     validate_marks,
 )
+from icml25.causal_discovery.mag_listing.predicates import is_mag_marks
 
 _LEFT = {CIRCLE: "o", ARROW: "<", TAIL: "-"}
 _RIGHT = {CIRCLE: "o", ARROW: ">", TAIL: "-"}
@@ -184,9 +188,7 @@ class PAG(_MarkGraph):
 
     def validate(self) -> PAG:
         """Raise ``ValueError("not a valid PAG ...")`` unless this is the PAG of some MAG; return self."""
-        from icml25.causal_discovery.mag_listing.mag import reference_mag
-
-        reference_mag(self)
+        valid_pag_reference(self.to_list())
         return self
 
 
@@ -200,8 +202,6 @@ class MAG(_MarkGraph):
     _kind = "mag"
 
     def _check(self) -> None:
-        from icml25.causal_discovery.mag_listing.mag import is_mag_marks
-
         if (self._m == CIRCLE).any():
             raise ValueError("marks of a MAG must be arrowheads/tails only, got a circle (1)")
         if not is_mag_marks(self.to_list()):

@@ -1,4 +1,7 @@
-"""Polynomial-delay MAG listing with singleton background knowledge — ICML 2025 — P07: polynomial-delay listing of the MAGs of a PAG by singleton background knowledge (P07, ICML 2025).
+"""Polynomial-delay MAG listing with singleton background knowledge — ICML 2025, P07: the listing of the
+MAGs of a PAG by singleton background knowledge, and ``apply_background_knowledge``.
+
+Wang, Du, Zhou, "Polynomial-delay MAG listing with singleton background knowledge", ICML 2025 (PMLR 267).
 
 ``List(G)``: close G under the orientation rules (and depth-1 probing); with no circle left output it;
 otherwise pick one circle, and recurse on G + arrowhead and G + tail. With locally complete rules every
@@ -16,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from icml25.causal_discovery.mag_listing.graphs import MAG, PAG
-from icml25.causal_discovery.mag_listing.mag import equivalent_marks, is_mag_marks, reference_mag
+from icml25.causal_discovery.mag_listing.mag import reference_mag
 from icml25.causal_discovery.mag_listing.marks import (
     ARROW,
     CIRCLE,
@@ -25,7 +28,10 @@ from icml25.causal_discovery.mag_listing.marks import (
     InconsistentBackgroundKnowledge,
     parse_bk_mark,
 )
-from icml25.causal_discovery.mag_listing.rules import DEFAULT_RULES, MixedGraph, ProbeCache, Rule, close
+from icml25.causal_discovery.mag_listing.mixed_graph import MixedGraph, Rule
+from icml25.causal_discovery.mag_listing.predicates import equivalent_marks, is_mag_marks
+from icml25.causal_discovery.mag_listing.probing import ProbeCache, close
+from icml25.causal_discovery.mag_listing.rules import DEFAULT_RULES
 
 
 @dataclass
@@ -127,8 +133,8 @@ def list_mags(
         pag: a valid PAG without selection-bias marks (``ValueError("not a valid PAG ...")`` otherwise).
         rules: orientation rules applied to a fixpoint at every node (``DEFAULT_RULES``: R1-R3, R4', R8-R10,
             R_SB, R_A, R_B).
-        probing: depth-1 probing after the rules (needed for local completeness, brief §10: without it
-            the rules leave forced circles on e.g. the brief's second regression PAG). Probe closures are
+        probing: depth-1 probing after the rules (needed for local completeness: without it
+            the rules leave forced circles on e.g. the second regression PAG of the tests). Probe closures are
             kept as witnesses down the tree (:class:`~.rules.ProbeCache`), so a value already shown
             possible is not re-closed, and a child that is a probed branch starts from its probe closure.
         verify: safety net: check every leaf with ``is_mag`` and Markov equivalence to a reference MAG
@@ -159,11 +165,8 @@ def list_mags(
     def leaf_check(m: list[list[int]]) -> bool:
         return is_mag_marks(m) and equivalent_marks(m, ref)
 
-    def visit(
-        g: MixedGraph, idx: np.ndarray | None, closed: bool, witnesses: list[MixedGraph]
-    ) -> Iterator[MAG]:
+    def visit(g: MixedGraph, idx: np.ndarray | None, closed: bool, cache: ProbeCache) -> Iterator[MAG]:
         st.nodes += 1
-        cache = ProbeCache(witnesses)
         try:
             close(g, rules, probing, cache, closed=closed)
         except Conflict:
@@ -199,12 +202,12 @@ def list_mags(
                 child.set(a, b, value)
             sub = None if idx is None else idx[oracle.mags[idx, a, b] == value]  # type: ignore[union-attr]
             before = st.n_outputs
-            yield from visit(child, sub, child_closed, cache.witnesses)
+            yield from visit(child, sub, child_closed, cache.for_child())
             if st.n_outputs == before:
                 st.dead_ends += 1
 
     root_idx = None if oracle is None else np.arange(len(oracle.mags))
-    yield from visit(MixedGraph(pag.to_list()), root_idx, False, [])
+    yield from visit(MixedGraph(pag.to_list()), root_idx, False, ProbeCache())
 
 
 def apply_background_knowledge(

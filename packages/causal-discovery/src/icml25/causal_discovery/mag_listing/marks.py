@@ -1,4 +1,7 @@
-"""Polynomial-delay MAG listing with singleton background knowledge — ICML 2025 — P07: endpoint-mark alphabet and matrix validation for the MAG-listing subpackage (P07).
+"""Polynomial-delay MAG listing with singleton background knowledge — ICML 2025, P07: the endpoint-mark
+alphabet and the validation of mark matrices.
+
+Wang, Du, Zhou, "Polynomial-delay MAG listing with singleton background knowledge", ICML 2025 (PMLR 267).
 
 Convention (pcalg ``amat.pag``): ``M[i, j]`` is the mark **at j** on the edge ``i - j``;
 ``0`` no edge, ``1`` circle, ``2`` arrowhead, ``3`` tail. So ``M[a, b] = 2, M[b, a] = 3`` is ``a -> b``,

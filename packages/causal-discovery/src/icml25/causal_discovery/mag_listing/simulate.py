@@ -1,4 +1,8 @@
-"""Polynomial-delay MAG listing with singleton background knowledge — ICML 2025 — P07: random MAG/PAG instances for tests and the P07 reproduction: DAG with latents -> MAG -> PAG."""
+"""Polynomial-delay MAG listing with singleton background knowledge — ICML 2025, P07: random instances
+for the tests and the reproduction: DAG with latents -> MAG -> PAG.
+
+Wang, Du, Zhou, "Polynomial-delay MAG listing with singleton background knowledge", ICML 2025 (PMLR 267).
+"""
 
 from __future__ import annotations
 

@@ -104,6 +104,16 @@ class SparseAutoencoder(nn.Module, abc.ABC):
             raise ValueError(f"{name} must be finite, got {int((~torch.isfinite(x)).sum())} NaN/inf entries")
         return x.reshape(-1, self.d_in).to(self.W_enc.dtype), x.shape[:-1]
 
+    def _batch(self, x: torch.Tensor, name: str = "x") -> torch.Tensor:
+        """A training batch: ``_flatten`` plus at least one sample (a mean over none would be NaN)."""
+        x2, _ = self._flatten(x, name)
+        if x2.shape[0] == 0:
+            raise ValueError(
+                f"{name} must hold at least one sample [..., d_in={self.d_in}], got an empty batch of shape "
+                f"{tuple(x.shape)}"
+            )
+        return x2
+
     def _check_k(self, k: int | None) -> int | None:
         return None if k is None else _check_int("k", k, 1, self.d_sae)
 
@@ -234,7 +244,7 @@ class TopKSAE(SparseAutoencoder):
         return scatter_latents(*topk_relu(pre, self.k), self.d_sae)
 
     def loss(self, x: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-        x2, _ = self._flatten(x)
+        x2 = self._batch(x)
         pre = self.pre_activations(x2)
         values, idx = topk_relu(pre, self.k)
         x_hat = self.decode_sparse(values, idx)
@@ -316,7 +326,7 @@ class BatchTopKSAE(SparseAutoencoder):
         return self.batch_topk(pre)
 
     def loss(self, x: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-        x2, _ = self._flatten(x)
+        x2 = self._batch(x)
         z = self.batch_topk(self.pre_activations(x2))
         x_hat = z @ self.W_dec + self.b_dec
         recon = reconstruction_loss(x_hat, x2, self.loss_kind)
@@ -359,7 +369,7 @@ class ReLUSAE(SparseAutoencoder):
         return pre.relu()
 
     def loss(self, x: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-        x2, _ = self._flatten(x)
+        x2 = self._batch(x)
         z = self.pre_activations(x2).relu()
         x_hat = z @ self.W_dec + self.b_dec
         recon = reconstruction_loss(x_hat, x2, self.loss_kind)

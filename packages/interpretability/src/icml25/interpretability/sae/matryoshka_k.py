@@ -151,7 +151,7 @@ class MatryoshkaKSAE(SparseAutoencoder):
         )
 
     def loss(self, x: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-        x2, _ = self._flatten(x)
+        x2 = self._batch(x)
         pre = self.pre_activations(x2)
         recons, _, _ = self._levels(pre)
         loss = msae_loss(recons, x2, self.weights, self.loss_kind)

@@ -77,6 +77,15 @@ def _check_pair(x: torch.Tensor, x_hat: torch.Tensor, z: torch.Tensor) -> None:
         raise ValueError(f"z must be [B={x.shape[0]}, d_sae], got {tuple(z.shape)}")
     if x.shape[0] == 0:
         raise ValueError("x must hold at least one sample, got an empty batch")
+    if z.shape[1] == 0:
+        raise ValueError(f"z must have at least one latent column [B, d_sae >= 1], got {tuple(z.shape)}")
+    for name, t in (("x", x), ("x_hat", x_hat), ("z", z)):
+        if not t.is_floating_point():
+            raise TypeError(f"{name} must be a floating-point tensor, got dtype {t.dtype}")
+        if not bool(torch.isfinite(t).all()):
+            raise ValueError(
+                f"{name} must be finite, got {int((~torch.isfinite(t)).sum())} NaN/Inf values in shape {tuple(t.shape)}"
+            )
 
 
 def sae_metrics(x: torch.Tensor, x_hat: torch.Tensor, z: torch.Tensor) -> dict[str, float]:

@@ -37,13 +37,19 @@ class ActivationNormalizer:
         if not bool(torch.isfinite(X).all()):
             raise ValueError("X must be finite, got NaN/inf entries")
         d = X.shape[1]
+        if d == 0:
+            raise ValueError(f"X must have at least one feature column [N, d >= 1], got {tuple(X.shape)}")
         Xd = X.double()
+
+        def _ratio(spread: float) -> float:  # zero spread: reported below, not a ZeroDivisionError
+            return math.sqrt(d) / spread if spread > 0 else math.inf
+
         if self.method == "msae":
             mean = Xd.mean(dim=0)
-            scale = math.sqrt(d) / float((Xd - mean).pow(2).sum(dim=1).mean())
+            scale = _ratio(float((Xd - mean).pow(2).sum(dim=1).mean()))
         elif self.method == "saelens":
             mean = torch.zeros(d, dtype=torch.float64)
-            scale = math.sqrt(d) / float(Xd.norm(dim=1).mean())
+            scale = _ratio(float(Xd.norm(dim=1).mean()))
         else:
             mean, scale = torch.zeros(d, dtype=torch.float64), 1.0
         if not math.isfinite(scale) or scale <= 0:

@@ -82,6 +82,12 @@ def train_sae(
             raise ValueError(
                 f"data must be a non-empty tensor [N, d_in={model.d_in}], got {tuple(data.shape)}"
             )
+        # Checked up front (one scan): a NaN row met mid-training would fail after the model has changed.
+        if not bool(torch.isfinite(data).all()):
+            raise ValueError(
+                f"data must be finite, got {int((~torch.isfinite(data)).sum())} NaN/Inf values in a tensor of "
+                f"shape {tuple(data.shape)}"
+            )
     elif not isinstance(data, Iterable):
         raise TypeError(
             f"data must be a tensor [N, d_in] or an iterable of batches, got {type(data).__name__}"

@@ -249,7 +249,8 @@ class PassthroughQuantizer:
     """No quantization: stores the rows cast to ``dtype`` (16-bit by default; ``None`` keeps the input dtype).
 
     With ``dtype=None`` on a float32 model the AQUA-KV cache is exactly the uncompressed cache (tests use
-    this to check RoPE undo/redo and head reshapes).
+    this to check RoPE undo/redo and head reshapes). Values are not inspected: NaN/Inf pass through, and
+    magnitudes beyond the 16-bit range become Inf, exactly as in an uncompressed 16-bit cache.
     """
 
     def __init__(self, dtype: torch.dtype | None = torch.float16) -> None:

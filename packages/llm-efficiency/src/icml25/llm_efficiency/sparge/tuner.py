@@ -207,6 +207,24 @@ class SpargeTuner:
         if not isinstance(q, torch.Tensor) or q.dim() != 4 or q.shape[1] != self.num_heads:
             got = tuple(q.shape) if isinstance(q, torch.Tensor) else type(q).__name__
             raise ValueError(f"q must be a [B, H={self.num_heads}, L, d] tensor, got {got}")
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+                got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
+                raise TypeError(f"{name} must be a floating-point torch.Tensor, got {got}")
+            if t.dim() != 4 or t.numel() == 0:
+                raise ValueError(
+                    f"{name} must be a 4-D [B, H, L, d] tensor with no empty axis, got {tuple(t.shape)}"
+                )
+        if (
+            k.shape != v.shape
+            or k.shape[0] != q.shape[0]
+            or k.shape[-1] != q.shape[-1]
+            or q.shape[1] % k.shape[1]
+        ):
+            raise ValueError(
+                f"k and v must both be [B={q.shape[0]}, Hkv, Lk, d={q.shape[-1]}] with H % Hkv == 0, got "
+                f"{tuple(k.shape)} and {tuple(v.shape)}"
+            )
         sc = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
         o_ref = dense_attention_reference(q, k, v, is_causal=is_causal, scale=sc)
         H = self.num_heads

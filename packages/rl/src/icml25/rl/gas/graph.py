@@ -27,8 +27,11 @@ import numpy as np
 
 
 def _check_phi(phi: np.ndarray, name: str, dim: int | None = None) -> np.ndarray:
-    arr = np.asarray(phi, dtype=np.float64)
-    if arr.ndim != 2 or (dim is not None and arr.shape[1] != dim):
+    raw = np.asarray(phi)
+    if raw.dtype.kind not in "iuf":
+        raise TypeError(f"{name} must be a real numeric array (n, d), got dtype {raw.dtype}")
+    arr = raw.astype(np.float64)
+    if arr.ndim != 2 or (dim is not None and arr.shape[1] != dim) or arr.shape[1] == 0:
         want = f"(n, {dim})" if dim is not None else "(n, d)"
         raise ValueError(f"{name} must be an array of shape {want}, got shape {np.shape(phi)}")
     if not np.all(np.isfinite(arr)):
@@ -37,8 +40,12 @@ def _check_phi(phi: np.ndarray, name: str, dim: int | None = None) -> np.ndarray
 
 
 def _check_h(H: float) -> float:
-    if isinstance(H, bool) or not isinstance(H, (int, float, np.integer, np.floating)) or not H > 0:
-        raise ValueError(f"H (temporal distance threshold, in steps) must be a positive number, got {H!r}")
+    if isinstance(H, bool) or not isinstance(H, (int, float, np.integer, np.floating)):
+        raise TypeError(f"H (temporal distance threshold, in steps) must be a positive number, got {H!r}")
+    if not (H > 0 and np.isfinite(H)):
+        raise ValueError(
+            f"H (temporal distance threshold, in steps) must be a positive finite number, got {H!r}"
+        )
     return float(H)
 
 
@@ -81,7 +88,27 @@ def te_filter_dataset(
     if thr is None:
         _check_h(H)
         return np.arange(len(f))
-    kept = [s + te_filter(f[s : e + 1], H, thr) for s, e in zip(np.asarray(starts), np.asarray(ends))]
+    if len(f) == 0:
+        raise ValueError(f"phi must hold at least one state, got shape {f.shape}")
+    bounds = []
+    for name, b in (("starts", starts), ("ends", ends)):
+        arr = np.asarray(b)
+        if arr.dtype.kind not in "iu" or arr.ndim != 1 or arr.size == 0:
+            raise ValueError(
+                f"{name} must be a non-empty 1-D integer array of indices, got {arr.dtype} {arr.shape}"
+            )
+        bounds.append(arr)
+    st_, en_ = bounds
+    if st_.shape != en_.shape or (st_ < 0).any() or (en_ >= len(f)).any() or (en_ < st_).any():
+        raise ValueError(
+            f"starts and ends must have one shape and satisfy 0 <= starts <= ends < {len(f)}, got "
+            f"starts={st_.tolist()[:5]} ends={en_.tolist()[:5]}"
+        )
+    if np.any(st_[1:] <= en_[:-1]):
+        raise ValueError(
+            "starts and ends must describe disjoint trajectories in order (starts[k+1] > ends[k])"
+        )
+    kept = [s + te_filter(f[s : e + 1], H, thr) for s, e in zip(st_, en_)]
     out = np.concatenate(kept) if kept else np.zeros(0, dtype=np.int64)
     if len(f) and len(out) < 0.05 * len(f):
         warnings.warn(
@@ -139,7 +166,14 @@ def pairwise_distances(a: np.ndarray, b: np.ndarray, block: int = 4096) -> np.nd
 
 def select_subgoal(path: np.ndarray, phi_s: np.ndarray, H: float) -> int:
     """Index of the farthest node along ``path`` ``(k, d)`` within ``H`` of ``phi_s`` ``(d,)`` (0 if none)."""
-    within = np.flatnonzero(np.linalg.norm(np.asarray(path) - np.asarray(phi_s), axis=1) <= H)
+    H = _check_h(H)
+    p = _check_phi(path, "path")
+    if len(p) == 0:
+        raise ValueError(f"path must hold at least one node, got shape {p.shape}")
+    s = _check_phi(
+        np.asarray(phi_s)[None] if np.ndim(phi_s) == 1 else np.full((2, 0), 0.0), "phi_s", p.shape[1]
+    )
+    within = np.flatnonzero(np.linalg.norm(p - s[0], axis=1) <= H)
     return int(within[-1]) if len(within) else 0
 
 

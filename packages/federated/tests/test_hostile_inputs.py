@@ -1,0 +1,187 @@
+"""Hostile-input contract of icml25.federated (CONTRIBUTING.md, "Bad input contract").
+
+P50 FedCEO: every public callable is registered with a valid example call; :mod:`icml25.kernels.testing`
+derives the hostile variants and asserts a clear error or a documented, finite result.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import icml25.federated as fd
+from icml25.kernels import testing as kt
+from icml25.kernels.testing import HostileSpec
+
+_g = torch.Generator().manual_seed(0)
+_STATES = [{"w": torch.randn(3, 4, generator=_g), "b": torch.randn(4, generator=_g)} for _ in range(3)]
+_M = torch.randn(4, 3, generator=_g)
+CONST_OK = "constant parameters are valid: the result is finite"
+RNG = np.random.default_rng(0)
+
+SPECS = [
+    HostileSpec(
+        "fedceo_smooth",
+        lambda client_states, tau: fd.fedceo_smooth(client_states, tau),
+        {"client_states": _STATES, "tau": 0.1},
+        (("client_states", 0, "w"), ("client_states", 1, "b"), "tau"),
+        allow={
+            "constant": CONST_OK,
+            "huge": "t-SVT of finite parameters is finite (float64 inside)",
+            "dtype": "documented: non-float entries (e.g. BatchNorm counters) are left as uploaded",
+        },
+    ),
+    HostileSpec(
+        "tsvt",
+        fd.tsvt,
+        {"x": torch.randn(3, 4, 2, generator=_g), "tau": 0.1},
+        ("x", "tau"),
+        allow={
+            "constant": CONST_OK,
+            "empty": "an empty tensor has nothing to threshold: returned as a copy",
+            "huge": "float64 inside: finite",
+        },
+    ),
+    HostileSpec(
+        "svt",
+        fd.svt,
+        {"a": _M, "tau": 0.1},
+        ("a", "tau"),
+        allow={
+            "constant": CONST_OK,
+            "empty": "an empty matrix is returned as a copy",
+            "extra_dim": "[..., n1, n2]: batched",
+            "huge": "finite",
+        },
+    ),
+    HostileSpec(
+        "matricize",
+        lambda p: fd.matricize(p)[0],
+        {"p": _M},
+        ("p",),
+        allow={
+            "nan": kt.Allow("a pure reshape: values are not inspected", False),
+            "posinf": kt.Allow("a pure reshape", False),
+            "neginf": kt.Allow("a pure reshape", False),
+            "empty": "a zero-size parameter is a zero-size matrix",
+            "dtype": "any dtype reshapes",
+            "extra_dim": "any shape matricizes",
+            "missing_dim": "any shape matricizes",
+            "constant": CONST_OK,
+            "huge": "a pure reshape",
+        },
+    ),
+    HostileSpec(
+        "noise_threshold", fd.noise_threshold, {"noise_std": 0.1, "m": 3, "shape": (4, 3)}, ("noise_std",)
+    ),
+    HostileSpec(
+        "tau_schedule",
+        fd.tau_schedule,
+        {"round_idx": 3, "lam": 0.1, "theta": 1.04, "interval": 2},
+        ("lam", "theta"),
+    ),
+    HostileSpec(
+        "FedCEOConfig",
+        fd.FedCEOConfig,
+        {"lam": 0.1, "theta": 1.04},
+        ("lam", "theta"),
+        covers=("FedCEOConfig", "FedCEOAggregator", "FedAvgAggregator"),
+    ),
+    HostileSpec(
+        "clip_update",
+        fd.clip_update,
+        {"delta": {"w": _M}, "clip": 1.0},
+        (("delta", "w"), "clip"),
+        allow={
+            "constant": CONST_OK,
+            "empty": "an empty update has norm 0",
+            "extra_dim": "any shape",
+            "missing_dim": "any shape",
+            "huge": "clipping brings it to norm <= clip",
+            "dtype": "documented: only float tensors are clipped; integer entries are copied",
+            "clip:posinf": "clip = inf: no clipping (the update is returned unchanged)",
+        },
+    ),
+    HostileSpec(
+        "DPConfig",
+        fd.DPConfig,
+        {"mode": "user", "noise_multiplier": 1.0, "clip": 1.0, "delta": 1e-5},
+        ("noise_multiplier", "clip", "delta"),
+    ),
+    HostileSpec(
+        "RDPAccountant.step",
+        lambda sample_rate: fd.RDPAccountant().step(1.0, sample_rate),
+        {"sample_rate": 0.1},
+        ("sample_rate",),
+        covers=("RDPAccountant",),
+    ),
+    HostileSpec(
+        "dirichlet_split",
+        lambda labels, alpha: fd.dirichlet_split(labels, 3, alpha, np.random.default_rng(0)),
+        {"labels": RNG.integers(0, 3, 30), "alpha": 0.5},
+        ("labels", "alpha"),
+        allow={
+            "constant": "one class only is a valid (degenerate) label vector",
+            "dtype": "string class labels are valid labels",
+        },
+    ),
+    HostileSpec(
+        "load_federated_arrays",
+        lambda x, y: fd.load_federated_arrays(x, y, n_clients=2),
+        {"x": RNG.normal(size=(40, 4)), "y": RNG.integers(0, 2, 40)},
+        ("x", "y"),
+        allow={
+            "y:constant": "one class only is valid",
+            "x:constant": "constant features are valid",
+            "x:extra_dim": "documented: x [n, *image] is flattened to [n, d]",
+        },
+    ),
+    HostileSpec(
+        "iid_split",
+        lambda n_samples: fd.iid_split(n_samples, 3, np.random.default_rng(0)),
+        {"n_samples": 30},
+        (),
+    ),
+    HostileSpec("make_mlp", fd.make_mlp, {"n_in": 4, "hidden": 8, "n_out": 2}, ()),
+]
+EXCLUDED = {
+    "DPFedAvgServer": "a simulation driver over FederatedData (validated by FederatedData and its configs)",
+    "FedCEOServer": "a simulation driver over FederatedData (validated by FederatedData and its configs)",
+    "FederatedServer": "a simulation driver over FederatedData (validated by FederatedData and its configs)",
+    "FederatedData": "a container; built by the loaders registered above",
+    "FederatedPrivacyLedger": "bookkeeping over DPConfig / RDPAccountant, both registered",
+    "History": "a result container",
+    "LocalTrainConfig": "a plain config dataclass (ints/floats consumed by the server)",
+    "load_federated_digits": "no array input (sklearn's bundled digits); its arguments go to load_federated_arrays",
+    "load_federated_npz": "reads a path, then calls load_federated_arrays (registered)",
+    "privatize_update": "clip_update (registered) + Gaussian noise on a validated DPConfig",
+    "upload_noise_std": "arithmetic on a validated DPConfig and LocalTrainConfig",
+}
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+def test_hostile_inputs(spec: HostileSpec) -> None:
+    print(spec.check().summary())
+
+
+def test_registry_covers_public_api() -> None:
+    print("icml25.federated covers", kt.assert_covers(fd, SPECS, EXCLUDED))
+
+
+def test_fedceo_smooth_zero_size_parameter_is_kept() -> None:
+    states = [{"w": torch.randn(3, 4), "empty": torch.empty(0, 4)} for _ in range(3)]
+    smoothed, mean = fd.fedceo_smooth(states, 0.1)
+    assert mean["empty"].shape == (0, 4) and all(s["empty"].shape == (0, 4) for s in smoothed)
+    assert torch.isfinite(mean["w"]).all()
+
+
+def test_tsvt_rejects_nan_like_fedceo_smooth() -> None:
+    x = torch.randn(3, 4, 2)
+    x[0, 1, 1] = float("nan")
+    with pytest.raises(
+        ValueError, match=r"x must be finite; got 1 NaN and 0 Inf values .* shape \(3, 4, 2\)"
+    ):
+        fd.tsvt(x, 0.1)
+    with pytest.raises(ValueError, match="a must be finite"):
+        fd.svt(x[..., 1], 0.1)

@@ -1,0 +1,271 @@
+"""Hostile-input contract of icml25.generative_models (CONTRIBUTING.md, "Bad input contract").
+
+P02 Thermalizer and P33 TarFlow: every public callable is registered with a valid example call;
+:mod:`icml25.kernels.testing` derives the hostile variants and asserts a clear error or a documented,
+finite result. Estimators are also checked to keep their state after a rejected ``fit``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import icml25.generative_models as gm
+from icml25.generative_models.thermalizer import MLP
+from icml25.kernels import testing as kt
+from icml25.kernels.testing import HostileSpec
+
+torch.manual_seed(0)
+_g = torch.Generator().manual_seed(0)
+_SNAP = torch.randn(16, 8, generator=_g)
+_FIT = {"n_iter": 2, "batch_size": 4}
+
+
+def _thermalizer() -> gm.Thermalizer:
+    torch.manual_seed(0)
+    return gm.Thermalizer(MLP(8, 8, hidden=16), MLP(8, 10, hidden=16), T=10)
+
+
+def _fitted_thermalizer():
+    th = _thermalizer().fit(_SNAP, **_FIT)
+    return th.fit, {"snapshots": _SNAP, **_FIT}, th
+
+
+def _fitted_emulator():
+    torch.manual_seed(0)
+    em = gm.ResidualEmulator(MLP(8, 8, hidden=16)).fit(_SNAP.reshape(2, 8, 8), **_FIT)
+    return em.fit, {"trajectories": _SNAP.reshape(2, 8, 8), **_FIT}, em
+
+
+def _noise_level():
+    th = _fitted_thermalizer()[2]
+    return th.noise_level, {"x": _SNAP[:3]}, th
+
+
+def _denoise():
+    th = _fitted_thermalizer()[2]
+    return (
+        (lambda x: th.denoise(x, torch.tensor([5, 0, 3]), 1, generator=torch.Generator().manual_seed(0))),
+        {"x": _SNAP[:3]},
+        th,
+    )
+
+
+def _rollout():
+    th = _fitted_thermalizer()[2]
+    em = _fitted_emulator()[2]
+    return (
+        (
+            lambda x0: gm.thermalized_rollout(
+                em,
+                th,
+                x0,
+                2,
+                s_init=3,
+                s_stop=1,
+                noise_limit=None,
+                generator=torch.Generator().manual_seed(0),
+            )
+        ),
+        {"x0": _SNAP[:2]},
+        None,
+    )
+
+
+def _tarflow():
+    torch.manual_seed(0)
+    return gm.TarFlow(1, 4, 2, width=16, num_blocks=1, layers_per_block=1, head_dim=8)
+
+
+_IMG = torch.randn(2, 1, 4, 4, generator=_g)
+CONST_OK = "constant data is valid here: the result is finite"
+
+SPECS = [
+    HostileSpec(
+        "Thermalizer.fit",
+        setup=_fitted_thermalizer,
+        arrays=("snapshots",),
+        covers=("Thermalizer",),
+        allow={"huge": "fit normalises by the data's mean/std, so the scale is irrelevant"},
+    ),
+    HostileSpec(
+        "Thermalizer.noise_level",
+        setup=_noise_level,
+        arrays=("x",),
+        allow={"constant": CONST_OK, "huge": "a finite state gets a level (the classifier saturates)"},
+        covers=("Thermalizer",),
+    ),
+    HostileSpec(
+        "Thermalizer.denoise",
+        setup=_denoise,
+        arrays=("x",),
+        allow={"constant": CONST_OK, "huge": "a finite state denoises to a finite state"},
+        covers=("Thermalizer",),
+    ),
+    HostileSpec(
+        "ResidualEmulator.fit",
+        setup=_fitted_emulator,
+        arrays=("trajectories",),
+        allow={"huge": "fit normalises by the data's mean/std, so the scale is irrelevant"},
+        covers=("ResidualEmulator",),
+    ),
+    HostileSpec(
+        "thermalized_rollout",
+        setup=_rollout,
+        arrays=("x0",),
+        allow={"constant": CONST_OK, "huge": "a huge state is rolled out and aborted when non-finite"},
+    ),
+    HostileSpec("cosine_beta_schedule", gm.cosine_beta_schedule, {"T": 10, "s": 0.008}, ("s",)),
+    HostileSpec(
+        "TarFlow.forward",
+        lambda x: _tarflow()(x),
+        {"x": _IMG},
+        ("x",),
+        allow={"constant": CONST_OK, "empty:0": "an empty batch maps to empty latents"},
+        known={"huge": "1e30-scaled images overflow the flow to Inf (a warning is given; no error yet)"},
+        covers=("TarFlow",),
+    ),
+    HostileSpec(
+        "tarflow_loss",
+        lambda x: gm.tarflow_loss(_tarflow(), x),
+        {"x": _IMG},
+        ("x",),
+        allow={"constant": CONST_OK},
+        known={"huge": "1e30-scaled images overflow the flow to Inf (a warning is given; no error yet)"},
+    ),
+    HostileSpec(
+        "energy_spectrum",
+        gm.energy_spectrum,
+        {"x": np.random.default_rng(0).normal(size=(4, 8))},
+        ("x",),
+        allow={"constant": CONST_OK, "extra_dim": "(..., T, n): a trailing n = 1 field is valid"},
+    ),
+    HostileSpec(
+        "ks_simulate",
+        gm.ks_simulate,
+        {
+            "n_traj": 1,
+            "n_steps": 2,
+            "N": 16,
+            "spinup": 1,
+            "substeps": 1,
+            "dt": 0.05,
+            "L": 22.0,
+            "u0": np.random.default_rng(0).normal(size=(1, 16)),
+        },
+        ("u0", "dt", "L"),
+        allow={"constant": CONST_OK},
+    ),
+    HostileSpec(
+        "lorenz96_simulate",
+        gm.lorenz96_simulate,
+        {
+            "n_traj": 1,
+            "n_steps": 2,
+            "K": 8,
+            "spinup": 1,
+            "substeps": 1,
+            "dt": 0.01,
+            "forcing": 8.0,
+            "x0": np.random.default_rng(0).normal(size=(1, 8)),
+        },
+        ("x0", "forcing", "dt"),
+        allow={"constant": CONST_OK},
+    ),
+    HostileSpec("KSETDRK4", gm.KSETDRK4, {"L": 22.0, "N": 16, "dt": 0.05}, ("L", "dt")),
+]
+EXCLUDED = {"RolloutResult": "a result container built by thermalized_rollout, not a user entry point"}
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+def test_hostile_inputs(spec: HostileSpec) -> None:
+    print(spec.check().summary())
+
+
+def test_registry_covers_public_api() -> None:
+    print("icml25.generative_models covers", kt.assert_covers(gm, SPECS, EXCLUDED))
+
+
+# ---- the issue's cases (one test each) and "a rejected fit loses nothing" -----------------------------
+
+
+def test_thermalizer_fit_rejects_nan_and_keeps_state() -> None:
+    th = _thermalizer().fit(_SNAP, **_FIT)
+    before = kt.snapshot_state(th)
+    bad = _SNAP.clone()
+    bad[3, 2] = float("nan")
+    with pytest.raises(
+        ValueError, match=r"snapshots must be finite; got 1 NaN and 0 Inf values .* shape \(16, 8\)"
+    ):
+        th.fit(bad, **_FIT)
+    assert kt.states_equal(before, kt.snapshot_state(th))
+
+
+def test_thermalizer_fit_rejects_constant_data() -> None:
+    th = _thermalizer()
+    before = kt.snapshot_state(th)
+    with pytest.raises(ValueError, match=r"snapshots must not be constant .* got std=0.0"):
+        gm.Thermalizer(MLP(8, 8), MLP(8, 10), T=10).fit(torch.ones(16, 8), n_iter=3, batch_size=4)
+    with pytest.raises(ValueError, match="snapshots must not be constant"):
+        th.fit(torch.ones(16, 8), n_iter=3, batch_size=4)
+    assert kt.states_equal(before, kt.snapshot_state(th))
+
+
+def test_thermalizer_fit_rejects_empty_data() -> None:
+    with pytest.raises(ValueError, match=r"snapshots must be non-empty, got shape \(0, 8\)"):
+        _thermalizer().fit(torch.empty(0, 8), **_FIT)
+
+
+def test_thermalizer_level_head_class_count_is_checked() -> None:
+    with pytest.raises(ValueError, match=r"level_head must output T=10 logits .* out_features=7"):
+        gm.Thermalizer(MLP(8, 8), MLP(8, 7), T=10)
+
+    class Head(torch.nn.Module):  # last layer not an nn.Linear: caught at fit time, before any change
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 7)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.tanh(self.lin(x))
+
+        def extra_repr(self) -> str:
+            return ""
+
+    head = Head()
+    head.act = torch.nn.Tanh()  # the last registered leaf is not a Linear: the constructor cannot tell
+    th = gm.Thermalizer(MLP(8, 8), head, T=10)
+    before = kt.snapshot_state(th)
+    with pytest.raises(
+        ValueError, match=r"level_head must return logits of shape \(B, T\) = \(2, 10\), got \(2, 7\)"
+    ):
+        th.fit(_SNAP, **_FIT)
+    assert kt.states_equal(before, kt.snapshot_state(th))
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
+def test_thermalizer_noise_level_rejects_non_finite_states(value: float) -> None:
+    th = _thermalizer().fit(_SNAP, **_FIT)
+    x = _SNAP[:3].clone()
+    x[1, 4] = value
+    with pytest.raises(ValueError, match="x must be finite"):
+        th.noise_level(x)
+    assert th.noise_level(_SNAP[:3]).shape == (3,)
+
+
+def test_emulator_rejected_fit_keeps_state() -> None:
+    _, _, em = _fitted_emulator()
+    before = kt.snapshot_state(em)
+    with pytest.raises(ValueError, match="trajectories must not be constant"):
+        em.fit(torch.ones(2, 8, 8), **_FIT)
+    assert kt.states_equal(before, kt.snapshot_state(em))
+
+
+def test_tarflow_rejected_loss_keeps_parameters() -> None:
+    model = _tarflow()
+    before = kt.snapshot_state(model)
+    bad = _IMG.clone()
+    bad[0, 0, 1, 1] = float("nan")
+    with pytest.raises(ValueError, match="x must be finite"):
+        gm.tarflow_loss(model, bad)
+    assert kt.states_equal(before, kt.snapshot_state(model))
