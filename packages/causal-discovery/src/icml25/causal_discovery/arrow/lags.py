@@ -113,6 +113,17 @@ def _check_bits(bits: object, lag_max: object, patch: int) -> np.ndarray:
     return arr
 
 
+def _allowed_pairs(d: int, include_self: bool, exclude) -> np.ndarray:
+    """``(d, d)`` bool mask of the (effect, cause) pairs that may be candidates."""
+    allowed = np.ones((d, d), dtype=bool)
+    if not include_self:
+        np.fill_diagonal(allowed, False)
+    for v in exclude:
+        allowed[v, :] = False
+        allowed[:, v] = False
+    return allowed
+
+
 def prune_candidates(
     score: np.ndarray,
     tau_star: np.ndarray,
@@ -159,12 +170,7 @@ def prune_candidates(
         not isinstance(per_target_cap, (int, np.integer)) or per_target_cap < 1
     ):
         raise ValueError(f"per_target_cap must be None or an int >= 1, got {per_target_cap!r}")
-    allowed = np.ones((d, d), dtype=bool)
-    if not include_self:
-        np.fill_diagonal(allowed, False)
-    for v in exclude:
-        allowed[v, :] = False
-        allowed[:, v] = False
+    allowed = _allowed_pairs(d, include_self, exclude)
     flat = score.ravel()
     order = np.argsort(-flat, kind="stable")  # descending; equal scores keep (effect, cause) order
     cap = n_top(d, float(k))
@@ -321,12 +327,7 @@ def rescue_candidates(
         raise ValueError(f"rescue_alpha must be a float in (0, 1), got {alpha!r}")
     dep = dependence_scores(X, lag_max, bins)
     d = dep.score.shape[0]
-    allowed = np.ones((d, d), dtype=bool)
-    if not include_self:
-        np.fill_diagonal(allowed, False)
-    for v in exclude:
-        allowed[v, :] = False
-        allowed[:, v] = False
+    allowed = _allowed_pairs(d, include_self, exclude)
     for i, j, _ in kept:
         allowed[i, j] = False
     n_tests = int(allowed.sum()) * (lag_max - 1)
