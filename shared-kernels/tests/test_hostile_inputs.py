@@ -7,6 +7,7 @@ each gets a ValueError/TypeError naming the argument or a documented finite resu
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -16,7 +17,8 @@ from icml25.kernels import sparse_attention as sa
 from icml25.kernels import testing as kt
 from icml25.kernels import topk_decode as td
 from icml25.kernels import xor_lag as xl
-from icml25.kernels.testing import Allow, HostileSpec
+from icml25.kernels.rng import global_rng_state, isolated_rng, make_generator
+from icml25.kernels.testing import Allow, HostileSpec, check_hostile
 
 REF = {"backend": "reference"}
 _g = torch.Generator().manual_seed(0)
@@ -33,7 +35,7 @@ _SPARGE = {**_QKV, "block_q": 16, "block_k": 16, **REF}
 _MASK = torch.ones(1, 2, 2, 2, dtype=torch.bool)
 _VALS, _IDX = _randn(3, 4).abs(), torch.stack([torch.randperm(16, generator=_g)[:4] for _ in range(3)])
 _WDEC = _randn(16, 8)
-_BITS = (torch.rand(40, 3, generator=_g) > 0.5).to(torch.uint8)
+_BITS = (torch.rand(3, 40, generator=_g) > 0.5).to(torch.uint8)
 _WORDS = xl.pack_bits(_BITS)
 _GRID = _randn(16, 2)
 
@@ -157,7 +159,11 @@ REGISTRY: dict[str, list[HostileSpec]] = {
             "pack_bits", xl.pack_bits, {"bits": _BITS}, ("bits",), {"constant": CONST_OK, "empty": EMPTY_OK}
         ),
         HostileSpec(
-            "unpack_bits", xl.unpack_bits, {"words": _WORDS, "n_bits": 40}, ("words",), {"constant": CONST_OK}
+            "unpack_bits",
+            xl.unpack_bits,
+            {"words": _WORDS, "n_bits": 40},
+            ("words",),
+            {"constant": CONST_OK, "empty:0": "zero streams unpack to a (0, n_bits) array"},
         ),
         HostileSpec(
             "popcount32",
@@ -177,7 +183,7 @@ REGISTRY: dict[str, list[HostileSpec]] = {
             xl.xor_lag_counts,
             {"words": _WORDS, "n_bits": 40, "lag_max": 4, **REF},
             ("words",),
-            {"constant": CONST_OK},
+            {"constant": CONST_OK, "empty:0": "zero streams give empty (0, 0, lag_max) count arrays"},
         ),
     ],
     "hadamard_grid": [
@@ -335,3 +341,55 @@ def test_rejected_call_must_not_change_state() -> None:
     est = Est()
     with pytest.raises(AssertionError, match="changed the state"):
         kt.check_hostile(est.fit, {"x": torch.ones(2, 3)}, arrays=("x",), kinds=("nan",), state_of=est)
+
+
+# ------------------------------------------------------------------ the global-RNG rule and icml25.kernels.rng
+def _draws_from_global(x: torch.Tensor) -> torch.Tensor:
+    return x + torch.randn(x.shape)  # the defect: the caller's torch stream advances
+
+
+def _draws_locally(x: torch.Tensor, seed: int = 0) -> torch.Tensor:
+    return x + torch.randn(x.shape, generator=make_generator(seed))
+
+
+def test_valid_call_that_draws_from_the_global_generator_is_a_violation():
+    example = {"x": torch.ones(3)}
+    with pytest.raises(AssertionError, match="changed the global random state"):
+        check_hostile(_draws_from_global, example, arrays=(), kinds=())
+    # documented (the PyTorch convention for generator=None): accepted
+    check_hostile(
+        _draws_from_global, example, arrays=(), kinds=(), global_rng="generator=None draws globally"
+    )
+    check_hostile(_draws_locally, example, arrays=(), kinds=())
+
+
+def test_valid_call_with_non_finite_result_is_a_violation():
+    with pytest.raises(AssertionError, match="valid call returned non-finite"):
+        check_hostile(lambda x: x / 0.0, {"x": torch.ones(2)}, arrays=(), kinds=())
+
+
+def test_isolated_rng_restores_the_callers_stream_and_is_reproducible():
+    torch.manual_seed(123)
+    expected = torch.rand(4)
+    torch.manual_seed(123)
+    with isolated_rng(7):
+        a = torch.nn.Linear(3, 2).weight.detach().clone()
+    assert torch.equal(torch.rand(4), expected)
+    with isolated_rng(7):
+        b = torch.nn.Linear(3, 2).weight.detach().clone()
+    assert torch.equal(a, b)
+
+
+def test_make_generator_is_local_and_validates():
+    before = global_rng_state()
+    g = make_generator(5)
+    x = torch.randn(3, generator=g)
+    assert torch.equal(x, torch.randn(3, generator=make_generator(5)))
+    assert global_rng_state() == before
+    assert make_generator(generator=g) is g
+    with pytest.raises(TypeError, match="seed"):
+        make_generator(1.5)
+    with pytest.raises(ValueError, match="seed"):
+        make_generator(-1)
+    with pytest.raises(TypeError, match="generator"):
+        make_generator(generator=np.random.default_rng(0))

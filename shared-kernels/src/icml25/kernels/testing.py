@@ -34,6 +34,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from icml25.kernels.rng import global_rng_state
+
 __all__ = [
     "DEFAULT_KINDS",
     "Allow",
@@ -331,6 +333,7 @@ def check_hostile(
     state_of: Any = None,
     known: Mapping[str, str] | None = None,
     raise_on_violation: bool = True,
+    global_rng: str | None = None,
 ) -> HostileReport:
     """Run every hostile variant of ``fn(**example)`` and assert the bad-input contract.
 
@@ -348,6 +351,10 @@ def check_hostile(
             xfail): reported in ``HostileReport.known``, not raised; a known gap that no longer occurs is
             itself a violation, so the list cannot go stale.
         raise_on_violation: raise ``AssertionError`` listing the violations (else only report them).
+        global_rng: why the valid call may draw from torch's global generator (the PyTorch convention for
+            ``nn.Module`` construction and for ``generator=None``). Without it, the valid ``example`` call
+            must leave the global generators (torch, NumPy, ``random``) exactly as it found them: library
+            code takes ``seed=`` / ``generator=`` (:mod:`icml25.kernels.rng`).
 
     Returns:
         :class:`HostileReport`.
@@ -359,6 +366,23 @@ def check_hostile(
     snap = snapshot_state(state_of) if state_of is not None else None
     cases = hostile_variants(example, arrays, kinds)
     hit: set[str] = set()
+
+    before = global_rng_state()
+    try:
+        valid_out = fn(**example)
+    except Exception as exc:  # the example itself must be a valid call
+        raise AssertionError(f"{label}: the valid example call raised {type(exc).__name__}: {exc}") from exc
+    if global_rng is None and global_rng_state() != before:
+        report.violations.append(
+            f"{label}: the valid call changed the global random state (torch/NumPy/random); library code "
+            "takes seed= or generator= (icml25.kernels.rng), or pass global_rng='why' to document it"
+        )
+    if nonfinite_paths(valid_out):
+        report.violations.append(
+            f"{label}: the valid call returned non-finite values at {nonfinite_paths(valid_out)[:3]}"
+        )
+    if state_of is not None:
+        snap = snapshot_state(state_of)  # the valid call (e.g. fit) may change the state
 
     def _flag(case: HostileCase, message: str) -> None:
         key = next((k for k in known if _allowance({k: "x"}, case) is not None), None)
@@ -434,6 +458,7 @@ class HostileSpec:
     covers: Sequence[str] = ()
     known: Mapping[str, str] = field(default_factory=dict)
     setup: Callable[[], tuple[Callable[..., Any], Mapping[str, Any], Any]] | None = None
+    global_rng: str | None = None
 
     def __post_init__(self) -> None:
         if not self.covers:
@@ -448,6 +473,7 @@ class HostileSpec:
         return check_hostile(
             fn, example, arrays=self.arrays, allow=self.allow, kinds=self.kinds, name=self.name,
             state_of=state_of, known=self.known, raise_on_violation=raise_on_violation,
+            global_rng=self.global_rng,
         )  # fmt: skip
 
 
