@@ -1,4 +1,4 @@
-"""ARROW: Accelerator for Time Series Causal Discovery with Time Weaving — ICML 2025 — P54.
+"""ARROW: An Accelerator for Time Series Causal Discovery with Time Weaving — ICML 2025, P54: the public API.
 
 Yao, Dong, Chen, Kuang, Fang, Long, Gao, Li (ICML 2025; OpenReview C3gAIlPhjV). Re-implemented from the
 paper's description and the behaviour of the official code (github.com/XiangguanMu/arrow, read only).

@@ -1,4 +1,5 @@
-"""Base causal discovery algorithms that ARROW runs on the pruned candidate links (ARROW step 4).
+"""ARROW: An Accelerator for Time Series Causal Discovery with Time Weaving — ICML 2025, P54: the base causal discovery
+algorithms that ARROW runs on the pruned candidate links (step 4).
 
 Every base follows one protocol, so users can plug in their own algorithm:
 
@@ -54,7 +55,7 @@ def pcmci_base(
     optional ``fdr_method`` correction). The restricted run uses ``tau_min``/``tau_max`` = the smallest and
     largest requested lags, so its conditioning sets come only from the requested links.
 
-    Defaults follow the brief's reproduction (``pc_alpha=0.05``, ``alpha_level=0.01``, no FDR); the
+    Defaults follow our reproduction (``pc_alpha=0.05``, ``alpha_level=0.01``, no FDR); the
     official code uses ``pc_alpha=None`` and FDR-BH at 0.05 (``fdr_method="fdr_bh", alpha_level=0.05``).
     """
     try:

@@ -1,4 +1,5 @@
-"""The ``ARROW`` estimator: time weaving -> XOR lags -> global pruning -> restricted base run.
+"""ARROW: An Accelerator for Time Series Causal Discovery with Time Weaving — ICML 2025, P54: the ``ARROW`` estimator, time
+weaving -> XOR lags -> global pruning -> restricted base run.
 
 The base algorithm sees only the kept (cause, lag) pairs of each effect, and its lag window shrinks to
 ``[min lag, max lag]`` of those pairs; that is where the speedup comes from. Official behaviour kept

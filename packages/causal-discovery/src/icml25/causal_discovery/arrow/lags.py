@@ -1,4 +1,5 @@
-"""XOR lag discovery and global pruning (ARROW steps 2 and 3).
+"""ARROW: An Accelerator for Time Series Causal Discovery with Time Weaving — ICML 2025, P54: XOR lag discovery and
+global pruning (steps 2 and 3).
 
 For effect ``i``, cause ``j`` and lag ``τ ≥ 1`` the effect's patch ``p+τ`` is XORed with the cause's patch
 ``p`` for every ``p``: ``same_ij(τ)`` is the fraction of identical two-step shapes (XOR ``00``) and

@@ -1,4 +1,5 @@
-"""Synthetic lagged SVAR data and the metrics of the ARROW reproduction.
+"""ARROW: An Accelerator for Time Series Causal Discovery with Time Weaving — ICML 2025, P54: synthetic lagged SVAR data
+and the metrics of the reproduction.
 
 Graphs are bool ``[d, d, L]`` arrays indexed ``[effect, cause, lag]`` (``x_cause(t-lag) -> x_effect(t)``).
 """
@@ -38,7 +39,7 @@ def simulate_svar(
     burn_in: int = 200,
     rng: np.random.Generator | int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The brief's §6 SVAR: self-link ``self_coef`` at lag 1, ``n_parents`` parents per node at random lags.
+    """The reproduction's SVAR: self-link ``self_coef`` at lag 1, ``n_parents`` parents per node at random lags.
 
     ``x_i(t) = self_coef·x_i(t-1) + Σ_j c_ij·f(x_j(t-τ_ij)) + ε``, ``|c_ij| ~ U(coef)`` with a random sign,
     ``τ_ij ~ U{lags}``, ``f`` = identity (``link="linear"``), ``tanh``, or ``sin(1.5·x)`` (``link="sin"``:

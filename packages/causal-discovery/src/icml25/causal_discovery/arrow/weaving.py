@@ -1,4 +1,5 @@
-"""Time weaving: raw series -> up/down trend bits -> overlapping patches and their symbols (ARROW step 1).
+"""ARROW: An Accelerator for Time Series Causal Discovery with Time Weaving — ICML 2025, P54: time weaving, raw series ->
+up/down trend bits -> overlapping patches and their symbols (step 1).
 
 A series ``x_0 … x_{T-1}`` becomes ``T-1`` trend bits ``b_t = 1[x_{t+1} - x_t > eps]``; ties (and
 differences at most ``eps``) count as *down* (0), as in the official code. Patch ``p`` covers the

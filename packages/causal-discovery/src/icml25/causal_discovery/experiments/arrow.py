@@ -65,9 +65,9 @@ class Protocol:
     name: str
     """Prefix of its metrics (``linear``, ``tanh``, ``sin``, ``wide``, ``quick``)."""
     d: int
-    """Variables (the paper's synthetic sets: d=10 by default; brief §6 CPU scale: 20, quick 8)."""
+    """Variables (the paper's synthetic sets: d=10 by default; our CPU scale: 20, quick 8)."""
     T: int
-    """Series length (paper 1000; brief §6: 2000, wide and quick 1000)."""
+    """Series length (paper 1000; CPU scale: 2000, wide and quick 1000)."""
     n_seeds: int
     """Runs averaged (paper 5; here 5 same-window, 3 non-monotone, 2 wide, 1 quick)."""
     link: str = "linear"
@@ -102,7 +102,7 @@ FULL = Setting(
 
 
 def checks(setting: Setting) -> list[Check]:
-    """The pass rule: the brief's §6 bars per protocol, and issue 21's gate on the non-monotone one."""
+    """The pass rule: the bars set before the first run per protocol, and a gate on the non-monotone one."""
     names = {p.name for p in setting.protocols}
     out: list[Check] = []
     if "quick" in names:
