@@ -99,7 +99,7 @@ def launches(device: str) -> None:
         import os
 
         os.environ.setdefault("TRITON_INTERPRET", "1")  # must precede the first triton import
-    from icml25.kernels.sparse_attention.triton import record_launches
+    from icml25.kernels.sparse_attention._inspect import record_launches
 
     length, dim = (1024, 128) if device == "cuda" else (64, 32)
     blocks = {"block_q": 128, "block_k": 64} if device == "cuda" else {"block_q": 16, "block_k": 16}

@@ -120,7 +120,7 @@ def test_selfsim_equals_mean_pairwise_cosine(n, d, block, seed):
 
 
 def _brute_mask(q, k, *, bq, bk, theta, tau, topk, causal, sink, scale):
-    """Brief §2 steps 2–5 for one (b, h) with plain Python loops."""
+    """The paper's stage 1 (§3.2: pooling, selection, self-similarity judge) for one (b, h), with plain loops."""
     lq, lk = q.shape[0], k.shape[0]
     nq, nk = ref.num_blocks(lq, bq), ref.num_blocks(lk, bk)
 
@@ -528,7 +528,7 @@ def test_triton_path_never_syncs_and_launches_four_kernels():
     (``.item()``/``bool()``/``.tolist()`` all lower to ``_local_scalar_dense``; ``nonzero`` has a data-dependent
     size), and exactly K-mean + 3 Triton launches per call. Actual launch latency and timing still have to be
     measured on a GPU (``benchmarks/bench_sparse_attention.py``)."""
-    from icml25.kernels.sparse_attention.triton import record_launches
+    from icml25.kernels.sparse_attention._inspect import record_launches
 
     q, k, v = _clustered(2, 1, 32, 48, 32)
     per_head = {"sim_threshold": torch.tensor([0.1, 0.2]), "pv_threshold": torch.tensor([3.0, 4.0]),
@@ -580,7 +580,7 @@ def test_triton_kernels_compile_for_gpu_targets(arch):
     import sys
 
     code = (
-        "import json; from icml25.kernels.sparse_attention import triton as t; "
+        "import json; from icml25.kernels.sparse_attention import _inspect as t; "
         f"print(json.dumps([[v.kernel, v.constants, v.sass] for v in t.compile_for_target({arch})]))"
     )
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}

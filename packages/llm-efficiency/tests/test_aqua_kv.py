@@ -16,6 +16,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCau
 
 from icml25.kernels.hadamard_grid import grid_decode, grid_encode
 from icml25.kernels.quantization import unpack_codes
+from icml25.kernels.rng import global_rng_state
 from icml25.llm_efficiency.aqua_kv import (
     AquaCodec,
     AquaKVCache,
@@ -208,6 +209,20 @@ def test_predictors_save_load_and_config_mismatch(tmp_path, model) -> None:
         AquaKVCache(
             model.config, AquaPredictors.zeros(3, 32), HiggsQuantizer(2, 16, 64), PassthroughQuantizer()
         )
+
+
+def test_predictors_leave_the_global_rng_untouched(tmp_path, model) -> None:
+    """calibrate_predictors, zeros() and load() build their nn.Linear layers without the random init:
+    library code never draws from the caller's global torch generator."""
+    data = [torch.randint(0, 128, (4, 40), generator=torch.Generator().manual_seed(3))]
+    before = global_rng_state()
+    preds, _ = calibrate_predictors(
+        model, data, HiggsQuantizer(2, 16, 64), PassthroughQuantizer(), progress=False
+    )
+    preds.save(tmp_path / "p.pt")
+    AquaPredictors.load(tmp_path / "p.pt")
+    AquaPredictors.zeros(3, C)
+    assert global_rng_state() == before
 
 
 def test_calibration_fits_linear_structure() -> None:
@@ -408,10 +423,12 @@ def test_evaluate_kv_compression_orders_methods(model) -> None:
 # reproduction
 # ----------------------------------------------------------------------------------------------------
 def test_quick_reproduction(tmp_path) -> None:
-    from icml25.llm_efficiency.experiments.aqua_kv import run
+    from icml25.llm_efficiency.experiments.aqua_kv import run, threshold
 
     rep = run(quick=True, seed=0, out_dir=tmp_path)
     m = rep.metrics
+    assert len(rep.checks) == 4 and all(rep.checks.values())
+    assert rep.threshold == "; ".join(rep.checks) == threshold(quick=True) == threshold(quick=False)
     assert m["key_ratio"] <= 0.5 and m["value_ratio"] <= 0.5  # measured 0.40 / 0.10
     assert m["kl_ratio"] <= 0.6  # measured 0.20
     assert m["broken_ratio"] > 1.1  # measured 1.30

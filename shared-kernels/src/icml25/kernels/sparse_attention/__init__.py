@@ -1,6 +1,7 @@
-"""SpargeAttn: Accurate Sparse Attention Accelerating Any Model Inference — ICML 2025 — P01.
+"""SpargeAttn: Accurate Sparse Attention Accelerating Any Model Inference — ICML 2025, P01: the sparse attention ops.
 
-Block-sparse INT8 flash attention with training-free two-stage sparsity (Zhang et al., ICML 2025):
+The kernel family ``icml25.kernels.sparse_attention``, serving SpargeAttn (P01): block-sparse INT8 flash
+attention with training-free two-stage sparsity (Zhang et al., ICML 2025):
 
 * :func:`predict_block_mask` — stage 1: which (Q-block, K-block) tiles to compute, from pooled blocks,
   cumulative-mass (``cdf_threshold`` τ) or ``topk`` selection, and the self-similarity judge (θ).
@@ -15,7 +16,12 @@ tensors. λ (``pv_threshold``) is in log2 units; ``None``/``inf`` disables the s
 autograd). Dispatch: Triton for CUDA tensors, the PyTorch reference otherwise (see
 :func:`icml25.kernels.select_backend`). The Triton path never reads a device value on the host (no
 ``.item()``/``bool(tensor)``/``nonzero``) unless ``return_stats=True``: one ``sparge_attention`` call is the
-torch mean of K plus three Triton launches (see ``triton.py``).
+torch mean of K plus three Triton launches (see ``triton.py``; ``_inspect.py`` records them).
+
+Layout of this module: :func:`_prepare` validates and normalises the arguments of every public op once
+(tensors to HND, backend, block sizes, hyper-parameters, scale) into a :class:`_Call`; the steps below it
+(``_stats_pass``, ``_select_lut``, ``_operands``, ``_forward``) each run one Triton launch or its
+reference counterpart.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import torch
 from icml25.kernels._dispatch import select_backend
 from icml25.kernels.sparse_attention import reference
 from icml25.kernels.sparse_attention.reference import (
+    BlockStats,
     causal_block_valid,
     dense_attention_reference,
     mask_to_lut,
@@ -230,6 +237,98 @@ def _per_head(value: Hyper | None, num_heads: int, device: torch.device) -> torc
     return None if value is None else reference.per_head(value, num_heads, device)
 
 
+def _check_block_mask(block_mask: object, expected: tuple[int, int, int, int]) -> None:
+    if not isinstance(block_mask, torch.Tensor) or block_mask.dtype != torch.bool:
+        got = block_mask.dtype if isinstance(block_mask, torch.Tensor) else type(block_mask).__name__
+        raise TypeError(f"block_mask must be a bool tensor of shape {expected}, got {got}")
+    if tuple(block_mask.shape) != expected:
+        raise ValueError(
+            f"block_mask must have shape [B, H, nq, nk] = {expected}, got {tuple(block_mask.shape)}"
+        )
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One validated op call: tensors in HND layout, the chosen backend, hyper-parameters in kernel form."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor | None  # None for predict_block_mask (no values)
+    backend: str  # "reference" or "triton"
+    block_q: int
+    block_k: int
+    q_group: int  # rows of Q sharing one INT8 scale
+    scale: float  # softmax scale
+    is_causal: bool
+    topk: Hyper | None  # stage 1: exactly one of topk / cdf (None for block_sparse_attention)
+    cdf: Hyper | None
+    theta: Hyper | None  # stage 1: the self-similarity threshold θ
+    lam: Hyper | None  # stage 2: λ of the PV skip (None: no skip)
+    block_mask: torch.Tensor | None  # block_sparse_attention's mask, on the device of q
+
+    @property
+    def num_heads(self) -> int:
+        return self.q.shape[1]
+
+
+_ABSENT = object()  # an argument the op does not take (v of predict_block_mask, block_mask of the others)
+
+
+def _prepare(
+    q: object,
+    k: object,
+    v: object = _ABSENT,
+    *,
+    layout: str,
+    backend: str | None,
+    block_q: int,
+    block_k: int,
+    scale: float | None,
+    is_causal: bool,
+    predict: bool,
+    topk: object = None,
+    cdf_threshold: object = None,
+    sim_threshold: object = None,
+    pv_threshold: object = None,
+    qk_quant_gran: str | None = None,
+    block_mask: object = _ABSENT,
+) -> _Call:
+    """Validate and normalise the arguments of a public op, once, in a fixed order.
+
+    ``predict``: the op runs stage 1 (needs a full query block; ``topk``, ``cdf_threshold`` and
+    ``sim_threshold`` are validated). ``qk_quant_gran=None``: one Q scale per block (stage-1 statistics
+    only). ``v`` / ``block_mask`` are checked only when the op takes them. Only shapes, dtypes, devices and
+    host values are read, except on the reference path (see the checks above): no host sync on Triton.
+    """
+    q, k = _check_qk(q, k, layout)
+    tensors = [q, k]
+    if v is not _ABSENT:
+        v = _check_v(q, k, v, layout)
+        tensors.append(v)
+    chosen = select_backend(*tensors, backend=backend)
+    d = q.shape[-1]
+    _check_blocks(block_q, block_k, chosen, d)
+    if predict:
+        _check_min_length(q, block_q)
+    q_group = block_q if qk_quant_gran is None else reference.q_quant_group(qk_quant_gran, block_q, d)
+    if block_mask is not _ABSENT:
+        nq, nk = num_blocks(q.shape[-2], block_q), num_blocks(k.shape[-2], block_k)
+        _check_block_mask(block_mask, (q.shape[0], q.shape[1], nq, nk))
+    _check_finite(chosen, **dict(zip("qkv", tensors)))
+    H, dev = q.shape[1], q.device
+    topk_h = cdf_h = theta = None
+    if predict:
+        topk_h, cdf_h = _selection(topk, cdf_threshold, H, dev, chosen)
+        theta = _check_hyper("sim_threshold", sim_threshold, H, dev, chosen, low=-math.inf, high=math.inf)
+    lam = _pv_lambda(pv_threshold, H, dev, chosen)
+    sc = _scale(scale, d)
+    return _Call(
+        q=q, k=k, v=None if v is _ABSENT else v, backend=chosen, block_q=block_q, block_k=block_k,
+        q_group=q_group, scale=sc, is_causal=bool(is_causal), topk=topk_h, cdf=cdf_h, theta=theta, lam=lam,
+        block_mask=None if block_mask is _ABSENT else block_mask.to(dev),
+    )  # fmt: skip
+
+
 def _triton():
     from icml25.kernels.sparse_attention import triton as triton_impl  # lazy: triton is optional
 
@@ -246,57 +345,106 @@ def _k_mean(k: torch.Tensor, smooth_k: bool) -> torch.Tensor | None:
     return k.mean(dim=-2, dtype=torch.float32) if smooth_k else None
 
 
-def _stats_pass(q, k, *, backend, scale, quantize, smooth_k, q_group, block_q, block_k):
-    """Block statistics of Q and K (pooled means, self-similarities) and, optionally, their INT8 form."""
-    k_mean = _k_mean(k, smooth_k)
-    q_mult = scale * reference.LOG2E
-    if backend == "triton":
-        return _triton().qk_block_stats(
-            q, k, k_mean, q_mult=q_mult, quantize=quantize, q_group=q_group, block_q=block_q, block_k=block_k
-        ), k_mean  # fmt: skip
-    q_stats = reference.block_stats(q, block_q, quant_scale=q_mult if quantize else None, quant_group=q_group)
-    k_stats = reference.block_stats(k, block_k, mean=k_mean, quant_scale=1.0 if quantize else None)
-    return (q_stats, k_stats), k_mean
+def _stats_pass(
+    c: _Call, *, quantize: bool, smooth_k: bool
+) -> tuple[BlockStats, BlockStats, torch.Tensor | None]:
+    """Block statistics of Q and K (pooled means, self-similarities), optionally their INT8 form, and K's mean."""
+    k_mean = _k_mean(c.k, smooth_k)
+    q_mult = c.scale * reference.LOG2E
+    if c.backend == "triton":
+        q_stats, k_stats = _triton().qk_block_stats(
+            c.q, c.k, k_mean, q_mult=q_mult, quantize=quantize, q_group=c.q_group, block_q=c.block_q,
+            block_k=c.block_k,
+        )  # fmt: skip
+        return q_stats, k_stats, k_mean
+    q_stats = reference.block_stats(
+        c.q, c.block_q, quant_scale=q_mult if quantize else None, quant_group=c.q_group
+    )
+    k_stats = reference.block_stats(c.k, c.block_k, mean=k_mean, quant_scale=1.0 if quantize else None)
+    return q_stats, k_stats, k_mean
 
 
-def _select_lut(q_stats, k_stats, *, backend, num_heads, is_causal, scale, topk, cdf, theta, attention_sink,
-                block_q, block_k):  # fmt: skip
+def _select_lut(
+    c: _Call, q_stats: BlockStats, k_stats: BlockStats, *, attention_sink: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Stage 1: ``(block mask, lut, count)``."""
-    kw = {"scale": scale, "is_causal": is_causal, "attention_sink": attention_sink, "block_q": block_q,
-          "block_k": block_k}  # fmt: skip
-    if backend == "triton":
-        return _triton().select_lut(q_stats, k_stats, sim_threshold=theta, cdf_threshold=cdf, topk=topk, **kw)
-    dev = q_stats[0].device
+    kw = {"scale": c.scale, "is_causal": c.is_causal, "attention_sink": attention_sink, "block_q": c.block_q,
+          "block_k": c.block_k}  # fmt: skip
+    if c.backend == "triton":
+        return _triton().select_lut(
+            q_stats, k_stats, sim_threshold=c.theta, cdf_threshold=c.cdf, topk=c.topk, **kw
+        )
+    H, dev = c.num_heads, q_stats.pooled.device
     mask = reference.select_blocks(
-        q_stats[0], q_stats[1], k_stats[0], k_stats[1], sim_threshold=_per_head(theta, num_heads, dev),
-        cdf_threshold=_per_head(cdf, num_heads, dev), topk=_per_head(topk, num_heads, dev), **kw,
+        q_stats.pooled, q_stats.selfsim, k_stats.pooled, k_stats.selfsim,
+        sim_threshold=_per_head(c.theta, H, dev), cdf_threshold=_per_head(c.cdf, H, dev),
+        topk=_per_head(c.topk, H, dev), **kw,
     )  # fmt: skip
     return (mask, *mask_to_lut(mask))
 
 
-def _forward(q, k, v, operands, lut, count, *, backend, is_causal, lam, block_q, block_k):
-    """Stage 2 over the LUT: ``(o [B, H, Lq, d], skipped [B, H, nq])``."""
-    kw = {
-        "lq": q.shape[-2],
-        "lk": k.shape[-2],
-        "is_causal": is_causal,
-        "block_q": block_q,
-        "block_k": block_k,
-    }
-    if backend == "triton":
-        return _triton().sparse_flash_forward(*operands, v, lut, count, pv_threshold=lam, **kw)
-    lam_t = _per_head(math.inf if lam is None else lam, q.shape[1], q.device)
-    return reference.sparse_flash_forward(*operands, v, lut, count, pv_threshold=lam_t, **kw)
+def _mask_lut(c: _Call) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A given block mask (``block_sparse_attention``): ``(mask & causal validity, lut, count)``."""
+    if c.backend == "triton":
+        return _triton().mask_to_lut(
+            c.block_mask, is_causal=c.is_causal, block_q=c.block_q, block_k=c.block_k
+        )
+    mask = c.block_mask
+    if c.is_causal:
+        nq, nk = mask.shape[-2:]
+        mask = mask & causal_block_valid(nq, nk, c.block_q, c.block_k, c.q.device)
+    return (mask, *mask_to_lut(mask))
 
 
-def _operands(q, k, stats, k_mean, *, quantize_qk, scale, block_q, block_k):
-    """The forward kernel's Q/K operands: the INT8 ones of the stats pass, or full-precision floats."""
+_Operands = tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor | None]
+
+
+def _operands(
+    c: _Call,
+    q_stats: BlockStats | None,
+    k_stats: BlockStats | None,
+    k_mean: torch.Tensor | None,
+    *,
+    quantize_qk: bool,
+) -> _Operands:
+    """The forward kernel's ``(q_op, q_scale, k_op, k_scale)``: the INT8 ones of the (quantizing) stats
+    pass, or full-precision floats (Q pre-scaled, K smoothed with ``k_mean``)."""
     if quantize_qk:
-        return stats[0][2], stats[0][3], stats[1][2], stats[1][3]
+        return q_stats.x_int8, q_stats.scale, k_stats.x_int8, k_stats.scale
     return reference.quantize_qk(
-        q, k, scale=scale, smooth_k=k_mean is not None, quantize=False, block_q=block_q, block_k=block_k,
-        k_mean=k_mean,
+        c.q, c.k, scale=c.scale, smooth_k=k_mean is not None, quantize=False, block_q=c.block_q,
+        block_k=c.block_k, k_mean=k_mean,
     )  # fmt: skip
+
+
+def _forward(
+    c: _Call, operands: _Operands, lut: torch.Tensor, count: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stage 2 over the LUT: ``(o [B, H, Lq, d], skipped [B, H, nq])``."""
+    kw = {"lq": c.q.shape[-2], "lk": c.k.shape[-2], "is_causal": c.is_causal, "block_q": c.block_q,
+          "block_k": c.block_k}  # fmt: skip
+    if c.backend == "triton":
+        return _triton().sparse_flash_forward(*operands, c.v, lut, count, pv_threshold=c.lam, **kw)
+    lam_t = _per_head(math.inf if c.lam is None else c.lam, c.num_heads, c.q.device)
+    return reference.sparse_flash_forward(*operands, c.v, lut, count, pv_threshold=lam_t, **kw)
+
+
+def _summary(c: _Call, mask: torch.Tensor, count: torch.Tensor, skipped: torch.Tensor) -> SpargeStats:
+    """Host-side summary (reads device counts: the only synchronising step, and only with return_stats)."""
+    B, H, nq, nk = mask.shape
+    valid_per_head = nq * nk
+    if c.is_causal:
+        valid_per_head = int(causal_block_valid(nq, nk, c.block_q, c.block_k, "cpu").sum())
+    kept_h = mask.sum(dim=(0, 2, 3)).double()
+    kept, valid, skipped_n = int(kept_h.sum()), B * H * valid_per_head, int(skipped.sum())
+    return SpargeStats(
+        sparsity=1.0 - kept / valid,
+        head_sparsity=(1.0 - kept_h / (B * valid_per_head)).float().cpu(),
+        pv_skip_fraction=skipped_n / max(int(count.sum()), 1),
+        kept_blocks=kept,
+        valid_blocks=valid,
+        skipped_pv_tiles=skipped_n,
+    )
 
 
 def predict_block_mask(
@@ -334,42 +482,13 @@ def predict_block_mask(
     Returns:
         ``[B, H, nq, nk]`` bool block mask, ``nq = ceil(Lq/block_q)``, ``nk = ceil(Lk/block_k)``.
     """
-    q, k = _check_qk(q, k, layout)
-    chosen = select_backend(q, k, backend=backend)
-    _check_blocks(block_q, block_k, chosen, q.shape[-1])
-    _check_min_length(q, block_q)
-    _check_finite(chosen, q=q, k=k)
-    H, dev = q.shape[1], q.device
-    topk_h, cdf_h = _selection(topk, cdf_threshold, H, dev, chosen)
-    theta = _check_hyper("sim_threshold", sim_threshold, H, dev, chosen, low=-math.inf, high=math.inf)
-    sc = _scale(scale, q.shape[-1])
-    (q_stats, k_stats), _ = _stats_pass(
-        q, k, backend=chosen, scale=sc, quantize=False, smooth_k=smooth_k, q_group=block_q, block_q=block_q,
-        block_k=block_k,
+    c = _prepare(
+        q, k, layout=layout, backend=backend, block_q=block_q, block_k=block_k, scale=scale,
+        is_causal=is_causal, predict=True, topk=topk, cdf_threshold=cdf_threshold, sim_threshold=sim_threshold,
     )  # fmt: skip
-    mask, _, _ = _select_lut(
-        q_stats, k_stats, backend=chosen, num_heads=H, is_causal=bool(is_causal), scale=sc, topk=topk_h,
-        cdf=cdf_h, theta=theta, attention_sink=attention_sink, block_q=block_q, block_k=block_k,
-    )  # fmt: skip
+    q_stats, k_stats, _ = _stats_pass(c, quantize=False, smooth_k=smooth_k)
+    mask, _, _ = _select_lut(c, q_stats, k_stats, attention_sink=attention_sink)
     return mask
-
-
-def _stats(mask, count, skipped, *, is_causal, block_q, block_k) -> SpargeStats:
-    """Host-side summary (reads device counts: the only synchronising step, and only with return_stats)."""
-    B, H, nq, nk = mask.shape
-    valid_per_head = nq * nk
-    if is_causal:
-        valid_per_head = int(causal_block_valid(nq, nk, block_q, block_k, "cpu").sum())
-    kept_h = mask.sum(dim=(0, 2, 3)).double()
-    kept, valid, skipped_n = int(kept_h.sum()), B * H * valid_per_head, int(skipped.sum())
-    return SpargeStats(
-        sparsity=1.0 - kept / valid,
-        head_sparsity=(1.0 - kept_h / (B * valid_per_head)).float().cpu(),
-        pv_skip_fraction=skipped_n / max(int(count.sum()), 1),
-        kept_blocks=kept,
-        valid_blocks=valid,
-        skipped_pv_tiles=skipped_n,
-    )
 
 
 def block_sparse_attention(
@@ -411,50 +530,21 @@ def block_sparse_attention(
     Returns:
         ``o`` shaped like ``q`` (same layout and dtype), or ``(o, stats)``.
     """
-    q, k = _check_qk(q, k, layout)
-    v = _check_v(q, k, v, layout)
-    chosen = select_backend(q, k, v, backend=backend)
-    _check_blocks(block_q, block_k, chosen, q.shape[-1])
-    B, H, d = q.shape[0], q.shape[1], q.shape[-1]
-    q_group = reference.q_quant_group(qk_quant_gran, block_q, d)
-    expected = (B, H, num_blocks(q.shape[-2], block_q), num_blocks(k.shape[-2], block_k))
-    if not isinstance(block_mask, torch.Tensor) or block_mask.dtype != torch.bool:
-        got = block_mask.dtype if isinstance(block_mask, torch.Tensor) else type(block_mask).__name__
-        raise TypeError(f"block_mask must be a bool tensor of shape {expected}, got {got}")
-    if tuple(block_mask.shape) != expected:
-        raise ValueError(
-            f"block_mask must have shape [B, H, nq, nk] = {expected}, got {tuple(block_mask.shape)}"
-        )
-    _check_finite(chosen, q=q, k=k, v=v)
-    lam = _pv_lambda(pv_threshold, H, q.device, chosen)
-    sc, causal = _scale(scale, d), bool(is_causal)
-    block_mask = block_mask.to(q.device)
-    if chosen == "triton":
-        mask, lut, count = _triton().mask_to_lut(
-            block_mask, is_causal=causal, block_q=block_q, block_k=block_k
-        )
-    else:
-        nq, nk = expected[2:]
-        mask = block_mask & causal_block_valid(nq, nk, block_q, block_k, q.device) if causal else block_mask
-        lut, count = mask_to_lut(mask)
-    if quantize_qk:
-        stats, k_mean = _stats_pass(
-            q, k, backend=chosen, scale=sc, quantize=True, smooth_k=smooth_k, q_group=q_group, block_q=block_q,
-            block_k=block_k,
-        )  # fmt: skip
-    else:
-        stats, k_mean = (None, None), _k_mean(k, smooth_k)
-    operands = _operands(
-        q, k, stats, k_mean, quantize_qk=quantize_qk, scale=sc, block_q=block_q, block_k=block_k
-    )
-    o, skipped = _forward(
-        q, k, v, operands, lut, count, backend=chosen, is_causal=causal, lam=lam, block_q=block_q,
-        block_k=block_k,
+    c = _prepare(
+        q, k, v, layout=layout, backend=backend, block_q=block_q, block_k=block_k, scale=scale,
+        is_causal=is_causal, predict=False, pv_threshold=pv_threshold, qk_quant_gran=qk_quant_gran,
+        block_mask=block_mask,
     )  # fmt: skip
+    mask, lut, count = _mask_lut(c)
+    if quantize_qk:
+        q_stats, k_stats, k_mean = _stats_pass(c, quantize=True, smooth_k=smooth_k)
+    else:
+        q_stats, k_stats, k_mean = None, None, _k_mean(c.k, smooth_k)
+    o, skipped = _forward(c, _operands(c, q_stats, k_stats, k_mean, quantize_qk=quantize_qk), lut, count)
     (o,) = _to_hnd(layout, o)
     if not return_stats:
         return o
-    return o, _stats(mask, count, skipped, is_causal=causal, block_q=block_q, block_k=block_k)
+    return o, _summary(c, mask, count, skipped)
 
 
 def sparge_attention(
@@ -504,39 +594,17 @@ def sparge_attention(
         >>> q, k, v = (torch.randn(1, 2, 256, 64) for _ in range(3))
         >>> o = sparge_attention(q, k, v, cdf_threshold=1.0, sim_threshold=1.0, pv_threshold=None)
     """
-    q, k = _check_qk(q, k, layout)
-    v = _check_v(q, k, v, layout)
-    chosen = select_backend(q, k, v, backend=backend)
-    _check_blocks(block_q, block_k, chosen, q.shape[-1])
-    _check_min_length(q, block_q)
-    q_group = reference.q_quant_group(qk_quant_gran, block_q, q.shape[-1])
-    _check_finite(chosen, q=q, k=k, v=v)
-    H, dev = q.shape[1], q.device
-    topk_h, cdf_h = _selection(topk, cdf_threshold, H, dev, chosen)
-    theta = _check_hyper("sim_threshold", sim_threshold, H, dev, chosen, low=-math.inf, high=math.inf)
-    lam = _pv_lambda(pv_threshold, H, dev, chosen)
-    sc, causal = _scale(scale, q.shape[-1]), bool(is_causal)
+    c = _prepare(
+        q, k, v, layout=layout, backend=backend, block_q=block_q, block_k=block_k, scale=scale,
+        is_causal=is_causal, predict=True, topk=topk, cdf_threshold=cdf_threshold, sim_threshold=sim_threshold,
+        pv_threshold=pv_threshold, qk_quant_gran=qk_quant_gran,
+    )  # fmt: skip
     # One stats pass yields both the stage-1 statistics and the INT8 operands of stage 2.
-    stats, k_mean = _stats_pass(
-        q, k, backend=chosen, scale=sc, quantize=quantize_qk, smooth_k=smooth_k, q_group=q_group,
-        block_q=block_q, block_k=block_k,
-    )  # fmt: skip
-    mask, lut, count = _select_lut(
-        *stats, backend=chosen, num_heads=H, is_causal=causal, scale=sc, topk=topk_h, cdf=cdf_h, theta=theta,
-        attention_sink=attention_sink, block_q=block_q, block_k=block_k,
-    )  # fmt: skip
-    operands = _operands(
-        q, k, stats, k_mean, quantize_qk=quantize_qk, scale=sc, block_q=block_q, block_k=block_k
-    )
-    o, skipped = _forward(
-        q, k, v, operands, lut, count, backend=chosen, is_causal=causal, lam=lam, block_q=block_q,
-        block_k=block_k,
-    )  # fmt: skip
-    if not return_stats:
-        (o,) = _to_hnd(layout, o)
-        return o
-    st = _stats(mask, count, skipped, is_causal=causal, block_q=block_q, block_k=block_k)
-    if compute_l1:
-        st.l1 = relative_l1(o, dense_attention_reference(q, k, v, is_causal=causal, scale=sc))
+    q_stats, k_stats, k_mean = _stats_pass(c, quantize=quantize_qk, smooth_k=smooth_k)
+    mask, lut, count = _select_lut(c, q_stats, k_stats, attention_sink=attention_sink)
+    o, skipped = _forward(c, _operands(c, q_stats, k_stats, k_mean, quantize_qk=quantize_qk), lut, count)
+    st = _summary(c, mask, count, skipped) if return_stats else None
+    if st is not None and compute_l1:
+        st.l1 = relative_l1(o, dense_attention_reference(c.q, c.k, c.v, is_causal=c.is_causal, scale=c.scale))
     (o,) = _to_hnd(layout, o)
-    return o, st
+    return o if st is None else (o, st)

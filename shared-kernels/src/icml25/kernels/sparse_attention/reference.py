@@ -1,4 +1,4 @@
-"""SpargeAttn: Accurate Sparse Attention Accelerating Any Model Inference — ICML 2025 — P01.
+"""SpargeAttn: Accurate Sparse Attention Accelerating Any Model Inference — ICML 2025, P01: the PyTorch reference.
 
 Plain-PyTorch reference of the two-stage SpargeAttn op; the executable specification of the Triton kernels
 in ``triton.py`` and their test oracle. Runs on any device (CPU included).
@@ -10,7 +10,7 @@ rows; ``nq = ceil(Lq / block_q)``, ``nk = ceil(Lk / block_k)``; the last block o
 
 The pipeline:
 
-1. :func:`block_stats` — per block: pooled mean, self-similarity ``‖Σ x̂_i‖² / n²`` (the mean pairwise
+1. :func:`block_stats` — per block (a :class:`BlockStats`): pooled mean, self-similarity ``‖Σ x̂_i‖² / n²`` (the mean pairwise
    cosine of its rows), and optionally the INT8 values with fp32 scales (SageAttention quantization: K has
    its per-head token mean subtracted first, which softmax ignores, and one scale per K block; Q has one
    scale per *warp* of rows — the rows one warp of the official CUDA kernel owns — or per block, see
@@ -30,6 +30,7 @@ The pipeline:
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -84,6 +85,22 @@ def quantize_int8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return r.clamp_(-127, 127).to(torch.int8), scale
 
 
+class BlockStats(NamedTuple):
+    """Per-block statistics of one tensor (Q or K), as :func:`block_stats` and the Triton stats kernels give them.
+
+    A named tuple, so ``pooled, selfsim, x_int8, scale = block_stats(...)`` unpacks it.
+    """
+
+    pooled: torch.Tensor
+    """``[B, H, n, d]`` fp32: the mean of each block's real rows (after subtracting ``mean``)."""
+    selfsim: torch.Tensor
+    """``[B, H, n]`` fp32: the mean pairwise cosine of each block's real rows."""
+    x_int8: torch.Tensor | None
+    """``[B, H, n*block, d]`` int8 values (padded rows are 0), or ``None`` without quantization."""
+    scale: torch.Tensor | None
+    """``[B, H, n*block/quant_group]`` fp32 dequantization scales, or ``None`` without quantization."""
+
+
 def block_stats(
     x: torch.Tensor,
     block: int,
@@ -91,7 +108,7 @@ def block_stats(
     mean: torch.Tensor | None = None,
     quant_scale: float | None = None,
     quant_group: int | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+) -> BlockStats:
     """Per-block statistics of ``x [B, H, L, d]`` (the reference of the Triton stats kernels).
 
     Args:
@@ -103,9 +120,9 @@ def block_stats(
         quant_group: rows sharing one INT8 scale (a divisor of ``block``; default ``block``: per block).
 
     Returns:
-        ``pooled [B, H, n, d]`` (mean of the block's real rows), ``selfsim [B, H, n]`` (mean pairwise
-        cosine of the real rows), and ``x_int8 [B, H, n*block, d]`` int8, ``scale [B, H, n*block/quant_group]``
-        float32 (both ``None`` without ``quant_scale``).
+        :class:`BlockStats`: ``pooled [B, H, n, d]`` (mean of the block's real rows), ``selfsim [B, H, n]``
+        (mean pairwise cosine of the real rows), and ``x_int8 [B, H, n*block, d]`` int8,
+        ``scale [B, H, n*block/quant_group]`` float32 (both ``None`` without ``quant_scale``).
     """
     B, H, L, d = x.shape
     n = num_blocks(L, block)
@@ -121,12 +138,12 @@ def block_stats(
     # Mean of all n² pairwise cosines = ‖Σ x̂_i‖² / n²: O(n d) instead of the n×n Gram matrix.
     selfsim = unit.sum(dim=-2).pow(2).sum(dim=-1) / counts**2
     if quant_scale is None:
-        return pooled, selfsim, None, None
+        return BlockStats(pooled, selfsim, None, None)
     group = block if quant_group is None else quant_group
     if block % group:
         raise ValueError(f"quant_group must divide block={block}, got {group}")
     x_int8, scale = quantize_int8((xb * quant_scale).view(B, H, n * block // group, group, d))
-    return pooled, selfsim, x_int8.view(B, H, n * block, d), scale
+    return BlockStats(pooled, selfsim, x_int8.view(B, H, n * block, d), scale)
 
 
 def per_head(value: float | torch.Tensor, num_heads: int, device: torch.device | str) -> torch.Tensor:
@@ -166,7 +183,7 @@ def select_blocks(
     block_q: int,
     block_k: int,
 ) -> torch.Tensor:
-    """Stage 1: the block mask from block statistics (paper §3.2, brief §2 steps 3–5).
+    """Stage 1: the block mask from block statistics (paper §3.2: pooled scores, selection, judge).
 
     Args:
         pooled_q, selfsim_q: ``[B, H, nq, d]``, ``[B, H, nq]`` from :func:`block_stats` of q.
@@ -373,9 +390,9 @@ def quantize_qk(
     k_mean = k_mean if smooth_k else None
     c = scale * LOG2E
     if quantize:
-        _, _, q_op, q_s = block_stats(q, block_q, quant_scale=c, quant_group=q_group)
-        _, _, k_op, k_s = block_stats(k, block_k, mean=k_mean, quant_scale=1.0)
-        return q_op, q_s, k_op, k_s
+        q_stats = block_stats(q, block_q, quant_scale=c, quant_group=q_group)
+        k_stats = block_stats(k, block_k, mean=k_mean, quant_scale=1.0)
+        return q_stats.x_int8, q_stats.scale, k_stats.x_int8, k_stats.scale
     q_op = _pad_to_blocks(q.float() * c, block_q)
     k_f = k.float() - k_mean[:, :, None, :] if k_mean is not None else k.float()
     return q_op, None, _pad_to_blocks(k_f, block_k), None

@@ -1,4 +1,4 @@
-"""SpargeAttn: Accurate Sparse Attention Accelerating Any Model Inference — ICML 2025 — P01.
+"""SpargeAttn: Accurate Sparse Attention Accelerating Any Model Inference — ICML 2025, P01: the Triton kernels.
 
 Triton kernels of the SpargeAttn op (imported only when the Triton backend is selected). One
 ``sparge_attention`` call on this path is **four launches and no host↔device synchronisation**:
@@ -18,20 +18,17 @@ Triton kernels of the SpargeAttn op (imported only when the Triton backend is se
 ``block_sparse_attention`` (a given mask) replaces launch 3 by ``_mask_to_lut_kernel``. Hyper-parameters
 given as floats travel as kernel scalars (no fill kernels, no host→device copies); per-head ``[H]`` tensors
 as pointers. The math is specified by ``reference.py``; tests compare both under ``TRITON_INTERPRET=1`` and
-check, by recording the aten ops of a call (:func:`record_launches`), that nothing here reads a device value
-back to the host.
+check, by recording the aten ops of a call (``_inspect.record_launches``), that nothing here reads a device
+value back to the host. ``_inspect.compile_for_target`` compiles the kernels for a GPU without one.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
-from icml25.kernels.sparse_attention.reference import num_blocks
+from icml25.kernels.sparse_attention.reference import BlockStats, num_blocks
 
 # ------------------------------------------------------------------------------------- block statistics
 
@@ -137,7 +134,7 @@ def block_stats(
     mean: torch.Tensor | None = None,
     quant_scale: float | None = None,
     quant_group: int | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+) -> BlockStats:
     """Triton version of :func:`icml25.kernels.sparse_attention.reference.block_stats` (same signature)."""
     B, H, L, d = x.shape
     nb, group = num_blocks(L, block), block if quant_group is None else quant_group
@@ -152,7 +149,7 @@ def block_stats(
         BS=block, QG=group, D_PAD=_d_pad(d), HAS_MEAN=mean is not None, QUANT=quant,
         num_warps=_warps(block, _d_pad(d)),
     )  # fmt: skip
-    return pooled, sim, (xq if quant else None), (scale if quant else None)
+    return BlockStats(pooled, sim, xq if quant else None, scale if quant else None)
 
 
 def qk_block_stats(
@@ -165,7 +162,7 @@ def qk_block_stats(
     q_group: int,
     block_q: int,
     block_k: int,
-) -> tuple[tuple, tuple]:
+) -> tuple[BlockStats, BlockStats]:
     """:func:`block_stats` of Q (``quant_scale=q_mult``, ``quant_group=q_group``) and of K (``mean=k_mean``,
     ``quant_scale=1``) in **one** launch; returns ``(q_stats, k_stats)`` as the reference pair would."""
     B, H, lq, d = q.shape
@@ -189,8 +186,8 @@ def qk_block_stats(
         num_warps=_warps(max(block_q, block_k), d_pad),
     )  # fmt: skip
     if not quantize:
-        return (q_pool, q_sim, None, None), (k_pool, k_sim, None, None)
-    return (q_pool, q_sim, q_int8, q_scale), (k_pool, k_sim, k_int8, k_scale)
+        return BlockStats(q_pool, q_sim, None, None), BlockStats(k_pool, k_sim, None, None)
+    return BlockStats(q_pool, q_sim, q_int8, q_scale), BlockStats(k_pool, k_sim, k_int8, k_scale)
 
 
 # ------------------------------------------------------------------------------- stage 1 + mask -> LUT
@@ -373,8 +370,8 @@ def _hyper(value: float | torch.Tensor, dev: torch.device) -> tuple[torch.Tensor
 
 
 def select_lut(
-    q_stats: tuple,
-    k_stats: tuple,
+    q_stats: BlockStats,
+    k_stats: BlockStats,
     *,
     scale: float,
     sim_threshold: float | torch.Tensor,
@@ -389,7 +386,7 @@ def select_lut(
 
     Same result as ``reference.mask_to_lut(reference.select_blocks(...))``; θ/τ/topk are floats or ``[H]``.
     """
-    q_pool, q_sim, k_pool, k_sim = q_stats[0], q_stats[1], k_stats[0], k_stats[1]
+    q_pool, q_sim, k_pool, k_sim = q_stats.pooled, q_stats.selfsim, k_stats.pooled, k_stats.selfsim
     B, H, nq, d = q_pool.shape
     hkv, nk, dev = k_pool.shape[1], k_pool.shape[2], q_pool.device
     mask = torch.empty(B, H, nq, nk, device=dev, dtype=torch.int8)
@@ -534,7 +531,7 @@ def _sparge_fwd_kernel(
 
 def _fwd_warps(d_pad: int, exact_fp32: bool) -> int:
     # 4 warps hold a 128 x 64 tile's accumulators in registers; wider heads, and the exact-fp32 path (no
-    # tensor cores, fp32 operands), need 8 to keep register spills down (see compile_for_target).
+    # tensor cores, fp32 operands), need 8 to keep register spills down (see _inspect.compile_for_target).
     return 8 if d_pad > 64 or exact_fp32 else 4
 
 
@@ -580,156 +577,3 @@ def sparse_flash_forward(
         num_warps=_fwd_warps(d_pad, exact_fp32), num_stages=3,
     )  # fmt: skip
     return o, skip
-
-
-# ------------------------------------------------------------------------------ ahead-of-time compilation
-
-# aten ops that only make metadata (views, allocations): no device work, no launch
-_METADATA_OPS = frozenset({
-    "empty", "empty_strided", "view", "_unsafe_view", "detach", "alias", "expand", "unsqueeze", "squeeze",
-    "transpose", "t", "permute", "as_strided", "slice", "select", "lift_fresh",
-})  # fmt: skip
-
-
-def record_launches(fn: Callable[[], object]) -> tuple[list[str], list[str]]:
-    """Run ``fn()`` and return ``(torch_ops, triton_kernels)``: the aten ops it dispatched outside Triton
-    launches (metadata-only ops left out) and the names of the Triton kernels it launched, in order.
-
-    A host sync shows up as ``_local_scalar_dense`` (``.item()``, ``bool()``, ``.tolist()``) or ``nonzero``
-    (a data-dependent size). Works on the real launcher and under ``TRITON_INTERPRET=1``, whose own host
-    copies inside a launch are not recorded (they are not the op's work).
-    """
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Recorder(TorchDispatchMode):
-        def __init__(self) -> None:
-            super().__init__()
-            self.ops: list[str] = []
-            self.paused = False
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if not self.paused:
-                self.ops.append(func.overloadpacket.__name__)
-            return func(*args, **(kwargs or {}))
-
-    launcher = type(_sparge_fwd_kernel)  # InterpretedFunction under TRITON_INTERPRET=1, else JITFunction
-    original, launches, rec = launcher.run, [], Recorder()
-
-    def run(self, *args, **kwargs):
-        rec.paused = True
-        launches.append(self.fn.__name__)
-        try:
-            return original(self, *args, **kwargs)
-        finally:
-            rec.paused = False
-
-    launcher.run = run
-    try:
-        with rec:
-            fn()
-    finally:
-        launcher.run = original
-    return [op for op in rec.ops if op not in _METADATA_OPS], launches
-
-
-# SASS opcodes that tell how a kernel uses the GPU: tensor-core MMAs (INT8 / fp16-bf16, sm_80 ``mma.sync``
-# and sm_90 ``wgmma`` forms), ``cp.async`` global->shared copies (the software pipeline of K/V tiles) and
-# local-memory traffic (register spills).
-SASS_OPCODES = ("IMMA", "HMMA", "IGMMA", "HGMMA", "LDGSTS", "STL", "LDL")
-
-
-@dataclass(frozen=True)
-class CompiledVariant:
-    """One kernel variant compiled for a GPU target by :func:`compile_for_target`.
-
-    ``sass`` counts the :data:`SASS_OPCODES` in the cubin's disassembly (empty when Triton's bundled
-    ``cuobjdump`` is missing); ``shared_bytes`` is the static shared memory per program.
-    """
-
-    kernel: str
-    constants: dict
-    num_warps: int
-    shared_bytes: int
-    sass: dict[str, int]
-
-
-def _sass_counts(cubin: bytes) -> dict[str, int]:
-    import os
-    import re
-    import subprocess
-    import tempfile
-
-    from triton.backends.nvidia import compiler as nvidia
-
-    tool = os.path.join(os.path.dirname(nvidia.__file__), "bin", "cuobjdump")
-    if not os.access(tool, os.X_OK):
-        return {}
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "kernel.cubin")
-        with open(path, "wb") as f:
-            f.write(cubin)
-        sass = subprocess.run([tool, "-sass", path], capture_output=True, text=True, check=True).stdout
-    found = re.findall(r"\b(" + "|".join(SASS_OPCODES) + r")\b", sass)
-    return {op: found.count(op) for op in SASS_OPCODES}
-
-
-def compile_for_target(arch: int = 90, warp_size: int = 32) -> list[CompiledVariant]:
-    """Compile every kernel variant the ops launch for ``GPUTarget("cuda", arch, warp_size)`` — no GPU needed.
-
-    Lowers each kernel through TTIR/TTGIR/LLVM/PTX to a cubin with Triton's bundled ``ptxas``, so a CPU
-    machine can check that the kernels are valid GPU code (the interpreter accepts some programs the
-    compiler rejects) and, from the disassembly, how they will run: tensor-core instructions, pipelined
-    ``cp.async`` loads, register spills. Pointers and the head dimension ``D`` carry the 16-divisibility
-    that Triton's launcher infers for aligned tensors and ``D % 16 == 0``; lengths get none (ragged ``L``).
-    Needs ``TRITON_INTERPRET`` unset when this module was imported.
-    """
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    if not isinstance(_sparge_fwd_kernel, triton.runtime.jit.JITFunction):
-        raise RuntimeError("compile_for_target needs TRITON_INTERPRET unset before triton is imported")
-    target, f32, done = GPUTarget("cuda", arch, warp_size), "*fp32", []
-
-    def build(fn, args: dict[str, str], consts: dict, num_warps: int = 4) -> None:
-        sig = {**args, **{name: "constexpr" for name in consts}}
-        aligned = {
-            (fn.arg_names.index(a),): [["tt.divisibility", 16]]
-            for a, ty in args.items()
-            if ty.startswith("*") or a == "D"
-        }
-        kernel = triton.compile(
-            ASTSource(fn, sig, consts, aligned),
-            target=target,
-            options={"num_warps": num_warps, "num_stages": 3},
-        )
-        done.append(
-            CompiledVariant(
-                fn.fn.__name__, consts, num_warps, kernel.metadata.shared, _sass_counts(kernel.asm["cubin"])
-            )
-        )
-
-    for d_pad, qg, smooth, quant in [(64, 32, True, True), (128, 16, True, True), (64, 128, False, False)]:
-        args = {"Q": "*fp16", "KMEAN": f32, "QPOOL": f32, "QSIM": f32, "QQ": "*i8", "QSCALE": f32, "K": "*fp16",
-                "KPOOL": f32, "KSIM": f32, "KQ": "*i8", "KSCALE": f32, "q_mult": "fp32", "LQ": "i32", "LK": "i32",
-                "D": "i32", "NQ": "i32", "NK": "i32", "NQ_PROGRAMS": "i32"}  # fmt: skip
-        consts = {"BQ": 128, "BK": 64, "QG": qg, "D_PAD": d_pad, "SMOOTH": smooth, "QUANT": quant}
-        build(_qk_stats_kernel, args, consts, num_warps=8)
-    for flag in (True, False):
-        args = {"QPOOL": f32, "QSIM": f32, "KPOOL": f32, "KSIM": f32, "THETA": f32, "SEL": f32, "SCORE": f32,
-                "MASK": "*i8", "LUT": "*i32", "CNT": "*i32", "theta_s": "fp32", "sel_s": "fp32", "scale": "fp32",
-                "H": "i32", "GROUP": "i32", "NQ": "i32", "NK": "i32", "D": "i32"}  # fmt: skip
-        consts = {"BQ": 128, "BK": 64, "CH": _CH, "D_PAD": 128, "THETA_PER_HEAD": flag, "SEL_PER_HEAD": flag,
-                  "CDF": flag, "CAUSAL": flag, "SINK": flag}  # fmt: skip
-        build(_select_lut_kernel, args, consts)
-    args = {"MASK_IN": "*i8", "MASK": "*i8", "LUT": "*i32", "CNT": "*i32", "NQ": "i32", "NK": "i32"}
-    build(_mask_to_lut_kernel, args, {"BQ": 128, "BK": 64, "CH": _CH, "CAUSAL": True})
-    for quant, causal, qg, d_pad, v in [(True, True, 16, 128, "*fp16"), (True, False, 32, 64, "*bf16"),
-                                        (False, True, 128, 128, "*fp16"), (False, False, 128, 64, "*fp32")]:  # fmt: skip
-        operand = "*i8" if quant else f32
-        args = {"Q": operand, "K": operand, "V": v, "QS": f32, "KS": f32, "LUT": "*i32", "CNT": "*i32", "LAM": f32,
-                "OUT": v, "SKIP": "*i32", "lam_s": "fp32", "H": "i32", "GROUP": "i32", "LQ": "i32", "LK": "i32",
-                "NQ": "i32", "NK": "i32", "D": "i32"}  # fmt: skip
-        consts = {"BLOCK_M": 128, "BLOCK_N": 64, "QG": qg, "D_PAD": d_pad, "QUANT": quant, "CAUSAL": causal,
-                  "PV_SKIP": quant, "LAM_PER_HEAD": causal, "PRECISION": "ieee" if v == f32 else "tf32"}  # fmt: skip
-        build(_sparge_fwd_kernel, args, consts, num_warps=_fwd_warps(d_pad, v == f32))
-    return done

@@ -1,4 +1,4 @@
-"""AQUA-KV: Cache Me If You Must: Adaptive Key-Value Quantization for Large Language Models — ICML 2025, P36.
+"""AQUA-KV: Cache Me If You Must: Adaptive Key-Value Quantization for Large Language Models — ICML 2025, P36: the method.
 
 KV-cache compression that quantizes only what the previous layer cannot predict: per-layer linear
 predictors (fitted once, in closed form) predict each layer's pre-RoPE keys from the previous layer's

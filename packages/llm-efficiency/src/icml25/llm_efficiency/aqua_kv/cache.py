@@ -1,4 +1,4 @@
-"""AQUA-KV (ICML 2025, P36): ``AquaKVCache``, a drop-in ``transformers`` Cache for ``generate``/``forward``.
+"""AQUA-KV: Cache Me If You Must: Adaptive Key-Value Quantization for Large Language Models — ICML 2025, P36: ``AquaKVCache``, a drop-in ``transformers`` Cache for ``generate``/``forward``.
 
 Token handling (official defaults): the first ``prefix_size`` tokens (attention sinks) stay in full
 precision; new tokens collect in a full-precision buffer; when the buffer holds ``>= buffer_size`` tokens

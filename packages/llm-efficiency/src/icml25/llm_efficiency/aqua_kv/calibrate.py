@@ -1,4 +1,4 @@
-"""AQUA-KV (ICML 2025, P36): one-shot calibration of the inter-layer predictors.
+"""AQUA-KV: Cache Me If You Must: Adaptive Key-Value Quantization for Large Language Models — ICML 2025, P36: one-shot calibration of the inter-layer predictors.
 
 For each layer in order: inputs are the previous layer's *reconstructed* (quantized) pre-RoPE keys,
 exactly as the cache will see them, targets the true keys; a closed-form ridge regression gives

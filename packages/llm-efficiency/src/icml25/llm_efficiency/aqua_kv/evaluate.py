@@ -1,4 +1,4 @@
-"""AQUA-KV (ICML 2025, P36): evaluation of a compressed KV cache against the uncompressed one.
+"""AQUA-KV: Cache Me If You Must: Adaptive Key-Value Quantization for Large Language Models — ICML 2025, P36: evaluation of a compressed KV cache against the uncompressed one.
 
 Sequences are fed to the model in pieces of ``step`` tokens through the cache (as in the official
 perplexity script), so later pieces attend to keys/values that were compressed on earlier steps.

@@ -1,4 +1,4 @@
-"""AQUA-KV (ICML 2025, P36): the inter-layer linear predictors and the compression chain they drive.
+"""AQUA-KV: Cache Me If You Must: Adaptive Key-Value Quantization for Large Language Models — ICML 2025, P36: the inter-layer linear predictors and the compression chain they drive.
 
 Per token (``c = H_kv * head_dim``, keys pre-RoPE, heads concatenated), for layer ``l >= 1``::
 
@@ -55,8 +55,14 @@ def fit_ridge(x: torch.Tensor, y: torch.Tensor, ridge: float = 1e-3) -> tuple[to
     return w.float(), b.float()
 
 
+def _empty_linear(fan_in: int, fan_out: int) -> nn.Linear:
+    """An ``nn.Linear`` whose parameters are about to be overwritten: built without the random
+    initialisation (``skip_init``), so it never draws from the caller's global torch generator."""
+    return torch.nn.utils.skip_init(nn.Linear, fan_in, fan_out)
+
+
 def _linear(w: torch.Tensor, b: torch.Tensor) -> nn.Linear:
-    lin = nn.Linear(w.shape[0], w.shape[1])
+    lin = _empty_linear(w.shape[0], w.shape[1])
     with torch.no_grad():
         lin.weight.copy_(w.T)
         lin.bias.copy_(b)
@@ -163,7 +169,7 @@ class AquaPredictors:
         def build(states: dict, fan_in: int) -> dict[int, nn.Linear]:
             out = {}
             for i, state in states.items():
-                lin = nn.Linear(fan_in, c)
+                lin = _empty_linear(fan_in, c)
                 lin.load_state_dict(state)
                 out[int(i)] = lin.requires_grad_(False)
             return out

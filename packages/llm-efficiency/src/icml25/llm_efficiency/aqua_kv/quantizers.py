@@ -1,4 +1,4 @@
-"""Quantizers for AQUA-KV (ICML 2025, P36): HIGGS (Hadamard + Gaussian grid), uniform baseline, passthrough.
+"""AQUA-KV: Cache Me If You Must: Adaptive Key-Value Quantization for Large Language Models — ICML 2025, P36: the quantizers (HIGGS: Hadamard + Gaussian grid; uniform baseline; passthrough).
 
 Every quantizer maps a float matrix ``(N, c)`` (one row per token: heads concatenated) to a stored object
 and back, and reports its nominal ``bits_per_value``; :func:`stored_bits` counts the bits the stored

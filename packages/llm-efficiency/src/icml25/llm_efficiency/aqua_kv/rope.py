@@ -1,4 +1,4 @@
-"""AQUA-KV (ICML 2025, P36): model-config checks and RoPE undo/redo for keys stored pre-RoPE.
+"""AQUA-KV: Cache Me If You Must: Adaptive Key-Value Quantization for Large Language Models — ICML 2025, P36: model-config checks and RoPE undo/redo for keys stored pre-RoPE.
 
 ``transformers`` hands the cache post-RoPE keys; AQUA-KV predicts keys *before* RoPE (post-RoPE keys
 rotate with position, which breaks linear prediction across layers), so the cache rotates back by

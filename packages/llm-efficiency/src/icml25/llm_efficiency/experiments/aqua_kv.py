@@ -1,9 +1,9 @@
-"""AQUA-KV: Cache Me If You Must: Adaptive Key-Value Quantization for Large Language Models — ICML 2025, P36.
+"""AQUA-KV: Cache Me If You Must: Adaptive Key-Value Quantization for Large Language Models — ICML 2025, P36: small-scale reproduction.
 
-Small-scale reproduction (brief §6): a tiny Llama built from a config (quick: 4 layers, random init;
-full: 6 layers trained briefly on a synthetic order-2 Markov token stream). Predictors are calibrated on
-held-in sequences; on held-out sequences we compare, at ~2 bits per value (HIGGS d=2, n=16, group 128),
-AQUA-KV against the same quantizer without predictors and against per-token uniform 2-bit quantization:
+Our CPU-scale setting: a tiny Llama built from a config (quick: 4 layers, random init; full: 6 layers
+trained for 300 steps on a synthetic order-2 Markov token stream). Predictors are calibrated on held-in
+sequences; on held-out sequences we compare, at ~2 bits per value (HIGGS d=2, n=16, group 128), AQUA-KV
+against the same quantizer without predictors and against per-token uniform 2-bit quantization:
 per-layer relative MSE of K^/V^ (layers >= 1) and KL(p_fp || p_compressed) of next-token distributions
 with prefix 4 and buffer 16 so that most tokens are read back compressed. An ablation fits the
 predictors on unquantized inputs (the train/inference mismatch the paper warns about).
@@ -13,26 +13,111 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from icml25.kernels import Report
+from icml25.kernels.experiment import (
+    Check,
+    Report,
+    experiment_main,
+    new_figure,
+    progress,
+    save_figure,
+    seed_everything,
+    threshold_text,
+)
+from icml25.kernels.rng import isolated_rng
+from icml25.llm_efficiency.aqua_kv import (
+    AquaPredictors,
+    CalibrationReport,
+    HiggsQuantizer,
+    PassthroughQuantizer,
+    UniformQuantizer,
+    calibrate_predictors,
+    capture_kv,
+    evaluate_kv_compression,
+    reconstruction_error,
+)
 
+PAPER = "P36"
 CLAIM = (
     "Predicting each layer's keys/values from the previous layer and quantizing only the residual "
     "(AQUA-KV) is near-lossless at ~2 bits per value and beats quantizing at the same bit width without predictors."
 )
-THRESHOLD = (
-    "relMSE(AQUA) <= 0.5 x relMSE(no predictor) for K and V, KL(AQUA) <= 0.6 x KL(no predictor), "
-    "relMSE(predictors fitted on unquantized inputs) / relMSE(AQUA) > 1.1"
-)
+VOCAB = 256  # the tiny Llama's vocabulary, also the Markov stream's
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One reproduction scale of P36."""
+
+    n_layers: int
+    """Decoder layers of the tiny Llama (paper: Llama 3.x / Qwen 2.5 models, 1B–70B; CPU: 4 quick, 6 full)."""
+    train_steps: int
+    """AdamW steps on the Markov stream before calibration (paper: pretrained models; CPU: 0 quick,
+    i.e. random init, 300 full)."""
+    n_calibration: int
+    """Calibration sequences (paper: a RedPajama calibration set; CPU: 16 quick, 64 full)."""
+    calibration_length: int
+    """Tokens per calibration sequence (CPU: 128 quick, 256 full)."""
+    n_eval: int
+    """Held-out evaluation sequences (paper: WikiText-2 / long-context benchmarks; CPU: 4 quick, 16 full)."""
+    eval_length: int
+    """Tokens per evaluation sequence (CPU: 96 quick, 256 full)."""
+    first_layer_n: int | None
+    """Layer 0 (no predictor): HIGGS d=2 with this many grid points (official policy n=256, 4 bits; full),
+    or None to keep it in 16 bits (official ``--not_quantize_first_layer``; quick, skips building the grid)."""
+    gqa_train_steps: int
+    """Training steps of a GQA variant (2 KV heads) reported without a threshold (full: 200; quick: 0, none)."""
+    higgs_d: int = 2
+    """HIGGS vector dimension (paper's ~2-bit setting: d=2, n=16; both modes)."""
+    higgs_n: int = 16
+    """HIGGS grid points for layers >= 1 (both modes)."""
+    group: int = 128
+    """Quantization group size (paper: 128; both modes)."""
+    uniform_bits: int = 2
+    """Bits of the per-token uniform baseline (both modes)."""
+    prefix_size: int = 4
+    """Attention-sink tokens kept in full precision (official default 4)."""
+    buffer_size: int = 16
+    """Full-precision buffer before tokens are compressed (official: 128; CPU: 16, so most tokens are read
+    back compressed)."""
+    eval_step: int = 16
+    """Tokens fed per forward pass in the KL evaluation (both modes)."""
+    min_position: int = 20
+    """First position whose next-token KL counts (both modes)."""
+
+
+QUICK = Setting(
+    n_layers=4, train_steps=0, n_calibration=16, calibration_length=128, n_eval=4, eval_length=96,
+    first_layer_n=None, gqa_train_steps=0,
+)  # fmt: skip
+FULL = Setting(
+    n_layers=6, train_steps=300, n_calibration=64, calibration_length=256, n_eval=16, eval_length=256,
+    first_layer_n=256, gqa_train_steps=200,
+)  # fmt: skip
+
+
+def checks(setting: Setting) -> list[Check]:
+    """The pass rule (the same in both modes): predictors halve the K/V error, cut the KL, and fitting them
+    on unquantized inputs (the mismatch the paper warns about) is measurably worse."""
+    return [
+        Check("relMSE(AQUA) <= 0.5 x relMSE(no predictor) for K", lambda m: m["key_ratio"] <= 0.5),
+        Check("relMSE(AQUA) <= 0.5 x relMSE(no predictor) for V", lambda m: m["value_ratio"] <= 0.5),
+        Check("KL(AQUA) <= 0.6 x KL(no predictor)", lambda m: m["kl_ratio"] <= 0.6),
+        Check(
+            "relMSE(predictors fitted on unquantized inputs) / relMSE(AQUA) > 1.1",
+            lambda m: m["broken_ratio"] > 1.1,
+        ),
+    ]
 
 
 def threshold(quick: bool = True) -> str:
-    """The pass rule in words, the same in both modes (the results ledger records the full one)."""
-    return THRESHOLD
+    """The pass rule in words, as :func:`run` reports it (the results ledger records the full one)."""
+    return threshold_text(checks(QUICK if quick else FULL))
 
 
 def markov_stream(vocab: int, n_seq: int, length: int, *, table_seed: int, sample_seed: int) -> torch.Tensor:
@@ -56,31 +141,37 @@ def markov_stream(vocab: int, n_seq: int, length: int, *, table_seed: int, sampl
 
 
 def tiny_llama(n_layers: int, kv_heads: int = 4, seed: int = 0) -> torch.nn.Module:
-    """The brief's tiny Llama: hidden 128, 4 heads, MLP 256, vocab 256 (built from a config, no download)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    """Our CPU-scale Llama: hidden 128, 4 heads, MLP 256, vocab 256 (built from a config, no download).
 
-    torch.manual_seed(seed)
+    Initialised under a fork of torch's global generator seeded with ``seed`` (restored afterwards).
+    """
+    try:
+        from transformers import LlamaConfig, LlamaForCausalLM
+    except ImportError as err:
+        raise ImportError(
+            "the P36 reproduction builds a transformers Llama: pip install 'icml25-llm-efficiency[hf]'"
+        ) from err
+
     config = LlamaConfig(
         hidden_size=128, num_hidden_layers=n_layers, num_attention_heads=4, num_key_value_heads=kv_heads,
-        intermediate_size=256, vocab_size=256, max_position_embeddings=512,
+        intermediate_size=256, vocab_size=VOCAB, max_position_embeddings=512,
     )  # fmt: skip
     config._attn_implementation = "sdpa"
-    return LlamaForCausalLM(config).eval()
+    with isolated_rng(seed):
+        return LlamaForCausalLM(config).eval()
 
 
-def train_briefly(model: torch.nn.Module, steps: int, seed: int, length: int = 128) -> float:
+def train_tiny_llama(model: torch.nn.Module, steps: int, seed: int, length: int = 128) -> float:
     """``steps`` AdamW steps of next-token training on the Markov stream (batch 16); returns the last loss.
 
-    A fixed step count (not wall time, as the brief's "~60 s") keeps the run deterministic across machines.
+    A fixed step count (not a wall-time budget) keeps the run deterministic across machines.
     """
-    from tqdm.auto import tqdm
-
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
     model.train()
     loss_val = math.nan
-    bar = tqdm(range(steps), desc="train tiny Llama", unit="step")
+    bar = progress(range(steps), desc="train tiny Llama", unit="step")
     for step in bar:
-        ids = markov_stream(256, 16, length, table_seed=seed, sample_seed=10_000 + step)
+        ids = markov_stream(VOCAB, 16, length, table_seed=seed, sample_seed=10_000 + step)
         loss = model(input_ids=ids, labels=ids).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -91,60 +182,84 @@ def train_briefly(model: torch.nn.Module, steps: int, seed: int, length: int = 1
     return loss_val
 
 
-def run(quick: bool = True, seed: int = 0, out_dir: str | Path | None = None) -> Report:
-    """Run the reproduction; ``quick`` is the seconds-scale variant asserted in the tests."""
-    from icml25.llm_efficiency.aqua_kv import (
-        AquaKVCache,
-        AquaPredictors,
-        HiggsQuantizer,
-        PassthroughQuantizer,
-        UniformQuantizer,
-        calibrate_predictors,
-        capture_kv,
-        evaluate_kv_compression,
-        reconstruction_error,
-    )
+def _mean_rel(kv: object, preds: AquaPredictors, quant: object, first: object) -> tuple[float, float]:
+    """Mean relative MSE of the reconstructed K and V over layers >= 1 (layer 0 has no predictor)."""
+    k, v = reconstruction_error(kv, preds, quant, first)
+    return float(np.mean(k[1:])), float(np.mean(v[1:]))
 
-    torch.manual_seed(seed)
+
+def _gqa_ratios(s: Setting, seed: int, cal_batches: list, eval_batches: list, quant: object, first: object):
+    """The GQA variant (2 KV heads): AQUA / no-predictor error ratios of K and V (reported, no threshold)."""
+    gqa = tiny_llama(s.n_layers, kv_heads=2, seed=seed)
+    train_tiny_llama(gqa, s.gqa_train_steps, seed)
+    g_aqua, _ = calibrate_predictors(gqa, cal_batches, quant, first, progress=False)
+    g_kv = capture_kv(gqa, eval_batches)
+    gk, gv = _mean_rel(g_kv, g_aqua, quant, first)
+    nk, nv = _mean_rel(g_kv, AquaPredictors.zeros(g_aqua.num_layers, g_aqua.kv_dim), quant, first)
+    return {"gqa_key_ratio": gk / nk, "gqa_value_ratio": gv / nv}
+
+
+def _figure(out_dir: Path, calibration: CalibrationReport, metrics: dict[str, float]) -> Path:
+    fig, axes = new_figure(1, 2, figsize=(9, 3.5))
+    layers = np.arange(1, len(calibration.key_pred_rel_mse_valid))
+    axes[0].plot(layers, calibration.key_pred_rel_mse_valid[1:], "o-", label="K predictor")
+    axes[0].plot(layers, calibration.value_pred_rel_mse_valid[1:], "s-", label="V predictor")
+    axes[0].set(
+        xlabel="layer", ylabel="relative MSE of prediction", yscale="log", title="what is left to quantize"
+    )
+    axes[0].legend()
+    names = ["AQUA-KV", "HIGGS, no predictor", "uniform 2-bit"]
+    axes[1].bar(names, [metrics["kl"], metrics["baseline_kl"], metrics["uniform_kl"]])
+    axes[1].set(ylabel="KL(fp || compressed)", yscale="log", title="next-token KL")
+    fig.tight_layout()
+    return save_figure(fig, out_dir, "p36_aqua_kv")
+
+
+def run(quick: bool = True, seed: int = 0, out_dir: str | Path | None = None) -> Report:
+    """Reproduce AQUA-KV's claim at small scale (see the module docstring and :class:`Setting`)."""
+    from icml25.llm_efficiency.aqua_kv import AquaKVCache  # transformers (extra [hf]), loaded lazily
+
+    seed_everything(seed)
+    s = QUICK if quick else FULL
     t0 = time.perf_counter()
-    n_layers = 4 if quick else 6
-    n_cal, n_eval, length, eval_length = (16, 4, 128, 96) if quick else (64, 16, 256, 256)
-    model = tiny_llama(n_layers, seed=seed)
+    model = tiny_llama(s.n_layers, seed=seed)
     metrics: dict[str, float] = {}
-    if not quick:
-        metrics["train_loss"] = train_briefly(model, 300, seed)
-    cal = markov_stream(256, n_cal, length, table_seed=seed, sample_seed=1)
-    held = markov_stream(256, n_eval, eval_length, table_seed=seed, sample_seed=2)
+    if s.train_steps:
+        metrics["train_loss"] = train_tiny_llama(model, s.train_steps, seed)
+    cal = markov_stream(VOCAB, s.n_calibration, s.calibration_length, table_seed=seed, sample_seed=1)
+    held = markov_stream(VOCAB, s.n_eval, s.eval_length, table_seed=seed, sample_seed=2)
     cal_batches = list(cal.split(8))
     eval_batches = list(held.split(4))
 
-    quant = HiggsQuantizer(d=2, n=16, group=128, seed=seed)
-    # Layer 0 has no predictor: official policy HIGGS d=2, n=256 (4 bits); the quick run keeps it in
-    # 16 bits (official --not_quantize_first_layer) to skip building the 256-point grid.
-    first = PassthroughQuantizer() if quick else HiggsQuantizer(d=2, n=256, group=128, seed=seed)
-    uniform = UniformQuantizer(bits=2, group=128)
+    quant = HiggsQuantizer(d=s.higgs_d, n=s.higgs_n, group=s.group, seed=seed)
+    first = (
+        PassthroughQuantizer()
+        if s.first_layer_n is None
+        else HiggsQuantizer(d=s.higgs_d, n=s.first_layer_n, group=s.group, seed=seed)
+    )
+    uniform = UniformQuantizer(bits=s.uniform_bits, group=s.group)
     cal_kv = capture_kv(model, cal_batches)  # one full-precision pass, reused by both fits
     eval_kv = capture_kv(model, eval_batches)
-    aqua, report = calibrate_predictors(model, None, quant, first, progress=not quick, captured=cal_kv)
+    aqua, calibration = calibrate_predictors(model, None, quant, first, progress=not quick, captured=cal_kv)
     broken, _ = calibrate_predictors(
         model, None, quant, first, fit_inputs="original", progress=False, captured=cal_kv
     )
     zeros = AquaPredictors.zeros(aqua.num_layers, aqua.kv_dim)
 
-    def rel(preds: AquaPredictors, q: object) -> tuple[float, float]:
-        k, v = reconstruction_error(eval_kv, preds, q, first)
-        return float(np.mean(k[1:])), float(np.mean(v[1:]))
-
-    k_aqua, v_aqua = rel(aqua, quant)
-    k_none, v_none = rel(zeros, quant)
-    k_unif, v_unif = rel(zeros, uniform)
-    k_brok, v_brok = rel(broken, quant)
+    k_aqua, v_aqua = _mean_rel(eval_kv, aqua, quant, first)
+    k_none, v_none = _mean_rel(eval_kv, zeros, quant, first)
+    k_unif, v_unif = _mean_rel(eval_kv, zeros, uniform, first)
+    k_brok, v_brok = _mean_rel(eval_kv, broken, quant, first)
 
     def kl(preds: AquaPredictors, q: object) -> dict[str, float]:
         def factory() -> AquaKVCache:
-            return AquaKVCache(model.config, preds, q, first, prefix_size=4, buffer_size=16)
+            return AquaKVCache(
+                model.config, preds, q, first, prefix_size=s.prefix_size, buffer_size=s.buffer_size
+            )
 
-        return evaluate_kv_compression(model, factory, eval_batches, step=16, min_position=20)
+        return evaluate_kv_compression(
+            model, factory, eval_batches, step=s.eval_step, min_position=s.min_position
+        )
 
     e_aqua, e_none, e_unif = kl(aqua, quant), kl(zeros, quant), kl(zeros, uniform)
     metrics.update(
@@ -160,61 +275,34 @@ def run(quick: bool = True, seed: int = 0, out_dir: str | Path | None = None) ->
         cache_bits_per_value=e_aqua["bits_per_value"], quantizer_bits_per_value=quant.bits_per_value,
         predictor_params=float(aqua.num_parameters()),
     )  # fmt: skip
-    if not quick:  # GQA config, reported without a threshold (brief §6)
-        gqa = tiny_llama(n_layers, kv_heads=2, seed=seed)
-        train_briefly(gqa, 200, seed)
-        g_aqua, _ = calibrate_predictors(gqa, cal_batches, quant, first, progress=False)
-        gz = AquaPredictors.zeros(g_aqua.num_layers, g_aqua.kv_dim)
-        g_kv = capture_kv(gqa, eval_batches)
-        gk, gv = reconstruction_error(g_kv, g_aqua, quant, first)
-        nk, nv = reconstruction_error(g_kv, gz, quant, first)
-        metrics.update(gqa_key_ratio=float(np.mean(gk[1:]) / np.mean(nk[1:])),
-                       gqa_value_ratio=float(np.mean(gv[1:]) / np.mean(nv[1:])))  # fmt: skip
+    if s.gqa_train_steps:
+        metrics.update(_gqa_ratios(s, seed, cal_batches, eval_batches, quant, first))
     metrics["seconds"] = time.perf_counter() - t0
 
-    checks = {
-        "relMSE(AQUA) <= 0.5 x relMSE(no predictor) for K": metrics["key_ratio"] <= 0.5,
-        "relMSE(AQUA) <= 0.5 x relMSE(no predictor) for V": metrics["value_ratio"] <= 0.5,
-        "KL(AQUA) <= 0.6 x KL(no predictor)": metrics["kl_ratio"] <= 0.6,
-        "relMSE(predictors fitted on unquantized inputs) / relMSE(AQUA) > 1.1": metrics["broken_ratio"] > 1.1,
-    }
-    figures = []
-    if out_dir is not None:
-        figures.append(_plot(Path(out_dir), report, metrics))
+    figures = [_figure(Path(out_dir), calibration, metrics)] if out_dir is not None else []
     notes = (
-        f"{'quick: random-init' if quick else 'full: trained'} tiny Llama, {n_layers} layers, c=128; "
-        f"calibration {n_cal}x{length} tokens, eval {n_eval}x{eval_length}; HIGGS d=2 n=16 g=128 "
-        f"({quant.bits_per_value:.3f} b/v) for layers>=1, layer 0: {first!r}; "
-        f"compressed chunks average {metrics['bits_per_value']:.3f} b/v incl. layer 0 "
-        f"(uniform baseline 2-bit g=128: {metrics['uniform_bits_per_value']:.3f}). "
+        f"{'quick: random-init' if not s.train_steps else 'full: trained'} tiny Llama, {s.n_layers} layers, "
+        f"c=128; calibration {s.n_calibration}x{s.calibration_length} tokens, eval {s.n_eval}x{s.eval_length}; "
+        f"HIGGS d={s.higgs_d} n={s.higgs_n} g={s.group} ({quant.bits_per_value:.3f} b/v) for layers>=1, "
+        f"layer 0: {first!r}; compressed chunks average {metrics['bits_per_value']:.3f} b/v incl. layer 0 "
+        f"(uniform baseline {s.uniform_bits}-bit g={s.group}: {metrics['uniform_bits_per_value']:.3f}). "
         "Broken variant = predictors fitted on unquantized inputs. Calibration excludes the 4 sink tokens."
     )
-    return Report(
-        paper="P36", claim=CLAIM, threshold=threshold(quick), passed=all(checks.values()), checks=checks,
-        metrics=metrics, headline="kl", baseline="baseline_kl", figures=figures, notes=notes,
-    )  # fmt: skip
-
-
-def _plot(out_dir: Path, report: object, metrics: dict[str, float]) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
-    layers = np.arange(1, len(report.key_pred_rel_mse_valid))
-    axes[0].plot(layers, report.key_pred_rel_mse_valid[1:], "o-", label="K predictor")
-    axes[0].plot(layers, report.value_pred_rel_mse_valid[1:], "s-", label="V predictor")
-    axes[0].set(
-        xlabel="layer", ylabel="relative MSE of prediction", yscale="log", title="what is left to quantize"
+    return Report.from_checks(
+        paper=PAPER,
+        claim=CLAIM,
+        checks=checks(s),
+        metrics=metrics,
+        headline="kl",
+        baseline="baseline_kl",
+        figures=figures,
+        notes=notes,
     )
-    axes[0].legend()
-    names = ["AQUA-KV", "HIGGS, no predictor", "uniform 2-bit"]
-    axes[1].bar(names, [metrics["kl"], metrics["baseline_kl"], metrics["uniform_kl"]])
-    axes[1].set(ylabel="KL(fp || compressed)", yscale="log", title="next-token KL")
-    fig.tight_layout()
-    path = out_dir / "p36_aqua_kv.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    return experiment_main(run, argv, description=__doc__)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,4 +1,4 @@
-"""SpargeAttn: Accurate Sparse Attention Accelerating Any Model Inference — ICML 2025 — P01.
+"""SpargeAttn: Accurate Sparse Attention Accelerating Any Model Inference — ICML 2025, P01: the op, its tuner and the transformers integration.
 
 Training-free block-sparse + INT8 attention for any model. The op itself (stage-1 block prediction,
 stage-2 sparse INT8 flash attention with the λ skip; Triton + PyTorch reference) lives in

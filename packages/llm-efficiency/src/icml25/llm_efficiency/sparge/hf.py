@@ -1,4 +1,4 @@
-"""SpargeAttn: Accurate Sparse Attention Accelerating Any Model Inference — ICML 2025 — P01.
+"""SpargeAttn: Accurate Sparse Attention Accelerating Any Model Inference — ICML 2025, P01: the Hugging Face transformers integration.
 
 Hugging Face transformers integration: ``register_sparge_attention()`` registers an attention
 implementation (``AttentionInterface``) so that any transformers model built with

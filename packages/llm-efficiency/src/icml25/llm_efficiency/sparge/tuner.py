@@ -1,4 +1,4 @@
-"""SpargeAttn: Accurate Sparse Attention Accelerating Any Model Inference — ICML 2025 — P01.
+"""SpargeAttn: Accurate Sparse Attention Accelerating Any Model Inference — ICML 2025, P01: the per-head hyper-parameter tuner.
 
 Per-head hyper-parameter search of SpargeAttn (the official ``autotune.py``), vectorised over heads.
 
