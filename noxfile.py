@@ -95,6 +95,9 @@ def _build_wheels(session: nox.Session, names: list[str]) -> dict[str, str]:
 
 
 def _install_packages(session: nox.Session, names: list[str]) -> None:
+    """Install the named wheels and icml25-kernels, each with its test extras; the kernels' include
+    ``triton`` (no hard dependency: the CPU torch builds lack it), so the Triton kernels run in the
+    interpreter (``TRITON_INTERPRET=1``) in every session."""
     wheels = _build_wheels(session, sorted(set(["kernels", *names])))
     specs = []
     for name, wheel in wheels.items():
@@ -163,7 +166,8 @@ def build(session: nox.Session) -> None:
 @timed
 def reproduce(session: nox.Session) -> None:
     """Run every paper's reproduction (quick; ``-- --full`` for full size) and write reports/REPORT.md;
-    ``-- --full --record`` also writes the results ledger (results/<id>.json)."""
+    ``-- --full --record`` also writes the results ledger (results/<id>.json). tools/reproduce.py is the
+    installed ``icml25 reproduce`` with the repository's results/ as its ledger folder."""
     _install_packages(session, list(PACKAGES))
     session.install("-c", CONSTRAINTS, "tqdm>=4.60")
     session.run("python", "tools/reproduce.py", *session.posargs)

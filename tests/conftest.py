@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import platform
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +16,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 import workspace  # noqa: E402 - tools/workspace.py, the one list of distributions
 
+CONSTRAINTS = ROOT / "constraints.txt"
 AREAS = workspace.areas(ROOT)
 DISTRIBUTIONS = ["kernels", *AREAS]
 VERSION = workspace.version(ROOT)
@@ -55,3 +58,23 @@ def venv_factory(tmp_path_factory: pytest.TempPathFactory):
         return path / "bin" / "python"
 
     return make
+
+
+def find_links() -> list[Path]:
+    """The local wheel folders the machine's installers are configured to read (``$UV_FIND_LINKS``, which nox
+    sets from pip's configuration, or ``$PIP_FIND_LINKS``), e.g. one holding a CPU build of torch."""
+    links = os.environ.get("UV_FIND_LINKS") or os.environ.get("PIP_FIND_LINKS") or ""
+    folders = [Path(link.removeprefix("file://")) for link in re.split(r"[\s,]+", links) if link]
+    return [folder for folder in folders if folder.is_dir()]
+
+
+def cpu_torch_wheel() -> Path | None:
+    """A local CPU-only torch wheel (``torch-<version>+cpu-...``) this interpreter can install, or None."""
+    tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    machine = platform.machine()
+    for folder in find_links():
+        wheels = sorted(folder.glob(f"torch-*+cpu-{tag}-{tag}-*.whl"))
+        wheels = [w for w in wheels if w.name.endswith(f"_{machine}.whl")]
+        if wheels:
+            return wheels[-1]
+    return None

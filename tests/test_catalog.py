@@ -26,7 +26,7 @@ def test_catalog_lists_all_55_papers_with_p47_out_of_scope() -> None:
 @pytest.fixture
 def scratch_repo(tmp_path: Path) -> Path:
     """A copy of what catalog.check reads, to break on purpose."""
-    for rel in ["README.md", "tools/catalog.toml"] + [
+    for rel in ["README.md", catalog.CATALOG_PATH] + [
         f"{d}/pyproject.toml" for d in catalog.PACKAGE_DIRS.values()
     ]:
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -58,7 +58,7 @@ def test_check_reports_an_entry_point_for_a_planned_paper(scratch_repo: Path) ->
 
 def test_check_reports_an_implemented_paper_without_module(scratch_repo: Path) -> None:
     paper = _planned_paper()
-    cat = scratch_repo / "tools/catalog.toml"
+    cat = scratch_repo / catalog.CATALOG_PATH
     text = cat.read_text()
     at = text.index(f'id = "{paper.id}"')
     name = paper.slug.replace("-", "_")
@@ -74,9 +74,7 @@ def test_check_reports_an_implemented_paper_without_module(scratch_repo: Path) -
 
 
 def test_load_rejects_implemented_paper_without_entry_point(tmp_path: Path) -> None:
-    text = (
-        (ROOT / "tools/catalog.toml").read_text().replace('status = "planned"', 'status = "implemented"', 1)
-    )
+    text = catalog.CATALOG.read_text().replace('status = "planned"', 'status = "implemented"', 1)
     (tmp_path / "catalog.toml").write_text(text)
     with pytest.raises(ValueError, match="P00: an implemented paper needs module"):
         catalog.load(tmp_path / "catalog.toml")
@@ -105,7 +103,7 @@ def test_a_changed_threshold_makes_the_ledger_entry_stale(scratch_repo: Path) ->
 def test_check_reports_an_implemented_paper_without_a_recorded_full_run(scratch_repo: Path) -> None:
     paper = _implemented()[0]
     (scratch_repo / "results" / f"{paper.id}.json").unlink()
-    catalog.write_readme(catalog.load(scratch_repo / "tools/catalog.toml"), scratch_repo / "README.md")
+    catalog.write_readme(catalog.load(scratch_repo / catalog.CATALOG_PATH), scratch_repo / "README.md")
     ledger_lines = [line for line in catalog.check(scratch_repo) if "full run" in line or "results/" in line]
     assert ledger_lines == [
         f"{paper.id}: implemented but no full run is recorded "
@@ -118,7 +116,7 @@ def test_check_reports_a_ledger_that_disagrees_with_the_expectation(scratch_repo
     path = scratch_repo / "results" / f"{miss.id}.json"
     entry = json.loads(path.read_text())
     path.write_text(json.dumps({**entry, "passed": True}))
-    catalog.write_readme(catalog.load(scratch_repo / "tools/catalog.toml"), scratch_repo / "README.md")
+    catalog.write_readme(catalog.load(scratch_repo / catalog.CATALOG_PATH), scratch_repo / "README.md")
     problems = catalog.check(scratch_repo)
     assert any(line.startswith(f"{miss.id}: the catalog expects a known miss") for line in problems)
 
@@ -144,8 +142,29 @@ def test_readme_table_shows_claim_measured_baseline_and_status_from_the_ledger()
     ],
 )
 def test_load_rejects_a_malformed_expectation(tmp_path: Path, fields: str, message: str) -> None:
-    text = (ROOT / "tools/catalog.toml").read_text()
+    text = catalog.CATALOG.read_text()
     anchor = 'entry_point = "icml25.rl.experiments.gas"'
     (tmp_path / "catalog.toml").write_text(text.replace(anchor, f"{anchor}\n{fields}"))
     with pytest.raises(ValueError, match=f"P05: {message}"):
+        catalog.load(tmp_path / "catalog.toml")
+
+
+def test_the_installed_icml25_kernels_ships_this_catalog() -> None:
+    """``icml25.kernels.catalog.load()`` reads the package data of the installed wheel (importlib.resources):
+    the same papers as the repository's file, which the tools validate against the workspace's areas."""
+    from icml25.kernels import catalog as shipped
+
+    assert shipped.load() == catalog.load()
+    assert shipped.load(catalog.CATALOG) == catalog.load()
+
+
+def test_the_tools_reject_a_package_the_workspace_does_not_have(tmp_path: Path) -> None:
+    from icml25.kernels import catalog as shipped
+
+    text = catalog.CATALOG.read_text()
+    assert 'id = "P00"\nslug = "task-vectors"\npackage = "interpretability"' in text  # planned
+    text = text.replace('package = "interpretability"', 'package = "robotics"', 1)
+    (tmp_path / "catalog.toml").write_text(text)
+    assert shipped.load(tmp_path / "catalog.toml")  # a well-formed area name, valid on its own
+    with pytest.raises(ValueError, match="P00: package must be one of"):
         catalog.load(tmp_path / "catalog.toml")

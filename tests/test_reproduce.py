@@ -1,4 +1,6 @@
-"""The reproduce command end to end, with experiments injected through its discovery function."""
+"""The reproduce command (``icml25 reproduce``, :mod:`icml25.kernels.reproduce`) end to end, with experiments
+injected through its discovery function; ``tools/reproduce.py`` is the same command with the repository's
+ledger folder."""
 
 from __future__ import annotations
 
@@ -9,9 +11,15 @@ from pathlib import Path
 
 import catalog
 import pytest
-import reproduce
+from conftest import ROOT
 
-from icml25.kernels import Report
+from icml25.kernels import Report, reproduce
+
+
+@pytest.fixture(autouse=True)
+def _figures_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The injected experiments write a fake PNG themselves: figures on, whether matplotlib is here or not."""
+    monkeypatch.setattr(reproduce, "figures_available", lambda: True)
 
 
 def _passing(*, quick: bool, seed: int, out_dir: Path) -> Report:
@@ -203,3 +211,60 @@ def test_a_run_whose_threshold_differs_from_its_module_is_an_error(
     experiment = reproduce._lazy_run("p94_experiment")
     assert _main(["--out", str(tmp_path)], {"P94": experiment}) == 1
     assert "P94 ERROR" in capsys.readouterr().out
+
+
+def test_without_matplotlib_the_papers_run_without_figures_and_it_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(reproduce, "figures_available", lambda: False)
+    seen = []
+
+    def run(*, quick: bool, seed: int, out_dir: Path | None) -> Report:
+        seen.append(out_dir)
+        return _checked(True)(quick=quick, seed=seed, out_dir=tmp_path)
+
+    assert _main(["--out", str(tmp_path)], {"P93": run}) == 0
+    assert seen == [None] and not (tmp_path / "P93").exists()
+    captured = capsys.readouterr()
+    assert "figures off: matplotlib is not installed" in captured.err and "P93 PASS" in captured.out
+
+
+def test_the_expectations_come_from_the_shipped_catalog() -> None:
+    expected = reproduce.catalog_expectations()
+    papers = catalog.load()
+    assert set(expected) == {p.id for p in papers if p.status == "implemented"}
+    for p in papers:
+        if p.id in expected:
+            assert expected[p.id].misses(quick=True) == p.expects_miss("quick")
+            assert expected[p.id].misses(quick=False) == p.expects_miss("full")
+            assert expected[p.id].reason == p.miss_reason
+
+
+def test_tools_wrapper_records_into_the_repository_ledger_by_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``tools/reproduce.py`` is ``icml25 reproduce`` with ``--results <repository>/results`` and the
+    repository's git provenance; the ledger folder is redirected here so the real one stays untouched."""
+    import reproduce as tools_reproduce  # tools/reproduce.py (tools/ is on sys.path, see conftest)
+
+    assert tools_reproduce.RESULTS == ROOT / "results"
+    monkeypatch.setattr(tools_reproduce, "RESULTS", tmp_path / "ledger")
+    monkeypatch.chdir(tmp_path)  # not the repository: the provenance must still be read from it
+    code = tools_reproduce.main(
+        ["--full", "--record", "--out", str(tmp_path / "out")],
+        discover=lambda: {"P93": _checked(True)},
+        expectations=dict,
+    )
+    assert code == 0
+    entry = json.loads((tmp_path / "ledger" / "P93.json").read_text())
+    if (ROOT / ".git").exists():
+        assert len(entry["git_commit"]) == 40 and isinstance(entry["git_dirty"], bool)
+
+
+def test_tools_wrapper_help_names_the_repository_ledger(capsys: pytest.CaptureFixture[str]) -> None:
+    import reproduce as tools_reproduce
+
+    with pytest.raises(SystemExit) as exc:
+        tools_reproduce.main(["--help"])
+    out = capsys.readouterr().out
+    assert exc.value.code == 0 and "tools/reproduce.py" in out and "--record" in out

@@ -1,4 +1,4 @@
-"""Mark a paper implemented in tools/catalog.toml and regenerate the README table.
+"""Mark a paper implemented in the catalog (icml25/kernels/catalog.toml) and regenerate the README table.
 
 Usage: python tools/mark_implemented.py P01 icml25.llm_efficiency.sparge icml25.llm_efficiency.experiments.sparge_attn
 """

@@ -20,7 +20,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import tomllib
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser from PyPI (nox and icml25-kernels depend on it there)
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 PREFIX = "icml25-"

@@ -27,7 +27,11 @@ _CHOICES = ("auto", "reference", "triton")
 
 @functools.cache
 def triton_available() -> bool:
-    """Whether the ``triton`` package can be imported (it is a Linux-only dependency)."""
+    """Whether the ``triton`` package can be imported.
+
+    PyTorch's CUDA builds for Linux bring triton; elsewhere it is the ``[triton]`` extra
+    (``pip install 'icml25-kernels[triton]'``, Linux only), needed for the CPU interpreter.
+    """
     return importlib.util.find_spec("triton") is not None
 
 
@@ -58,7 +62,10 @@ def select_backend(*tensors: torch.Tensor, backend: str | None = None) -> Backen
     on_cuda = bool(tensors) and all(t.is_cuda for t in tensors)
     if choice == "triton":
         if not triton_available():
-            raise RuntimeError(f"{source}='triton' but the triton package is not installed (Linux only)")
+            raise RuntimeError(
+                f"{source}='triton' but the triton package is not installed: "
+                "pip install 'icml25-kernels[triton]' (Linux; PyTorch's CUDA builds include it)"
+            )
         if not on_cuda and not triton_interpret():
             devices = sorted({str(t.device) for t in tensors})
             raise RuntimeError(

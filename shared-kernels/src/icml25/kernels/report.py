@@ -1,7 +1,7 @@
 """The report every paper experiment returns (``run(quick, seed) -> Report``).
 
 It lives in ``icml25-kernels`` because that is the one distribution every area package depends on; the
-reproduce command in ``tools/`` reads it by attribute only, so any object with these fields works too.
+``icml25 reproduce`` command reads it by attribute only, so any object with these fields works too.
 """
 
 from __future__ import annotations

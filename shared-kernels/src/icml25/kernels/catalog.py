@@ -1,0 +1,154 @@
+"""The paper catalog shipped with icml25-kernels: which of the 55 papers are implemented, where, and what their
+reproductions are expected to do.
+
+``catalog.toml`` (package data next to this module, read through :mod:`importlib.resources`, so an installed
+wheel has it) is the single source of truth for the README table, ``icml25 list`` and the expectations of
+``icml25 reproduce``: ``expect = "pass"`` (the default) or ``expect = "miss"`` with ``miss_reason``, a
+correct implementation that does not meet the paper's threshold at this scale; ``miss_in`` narrows a miss to
+``["quick"]`` or ``["full"]``. The repository's ``tools/catalog.py`` checks it against the packages, the
+README and the results ledger.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Collection
+from dataclasses import dataclass, fields
+from importlib import resources
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser, from PyPI
+    import tomli as tomllib
+
+__all__ = ["EXPECTS", "MODES", "STATUSES", "Paper", "load", "load_text"]
+
+STATUSES = ("implemented", "planned", "out-of-scope")
+EXPECTS = ("pass", "miss")
+MODES = ("quick", "full")
+N_PAPERS = 55
+
+
+@dataclass(frozen=True)
+class Paper:
+    """One catalog entry."""
+
+    id: str
+    """Catalog id, ``P00`` ... ``P54``."""
+    slug: str
+    """Kebab-case short name; the module names use it with underscores (``mag-listing`` -> ``mag_listing``)."""
+    package: str
+    """The area distribution without its ``icml25-`` prefix (``rl``), or ``none`` for an out-of-scope paper."""
+    title: str
+    status: str
+    """``implemented``, ``planned`` or ``out-of-scope``."""
+    reason: str = ""
+    """Why an out-of-scope paper is out of scope."""
+    module: str = ""
+    """The library module of an implemented paper (``icml25.rl.gas``)."""
+    entry_point: str = ""
+    """The experiment module an implemented paper registers (``icml25.rl.experiments.gas``)."""
+    expect: str = "pass"
+    """``pass``, or ``miss``: a known miss of a correct implementation, explained by ``miss_reason``."""
+    miss_reason: str = ""
+    miss_in: tuple[str, ...] = MODES
+    """The modes (``quick``, ``full``) a known miss applies to."""
+
+    @property
+    def area(self) -> str:
+        """The import name below ``icml25.`` (``causal_discovery``)."""
+        return self.package.replace("-", "_")
+
+    @property
+    def distribution(self) -> str:
+        """The distribution that implements the paper (``icml25-rl``); empty for ``package = "none"``."""
+        return "" if self.package == "none" else f"icml25-{self.package}"
+
+    def expects_miss(self, mode: str) -> bool:
+        """Whether the catalog records this paper's claim as a known miss in ``mode`` (quick | full)."""
+        return self.expect == "miss" and mode in self.miss_in
+
+    def expectation(self) -> str:
+        """``pass``, ``miss``, ``miss (full)`` ... for an implemented paper; ``—`` for any other."""
+        if self.status != "implemented":
+            return "—"
+        if self.expect == "pass":
+            return "pass"
+        return "miss" if set(self.miss_in) == set(MODES) else f"miss ({', '.join(self.miss_in)})"
+
+
+def load(path: str | Path | None = None, *, packages: Collection[str] | None = None) -> list[Paper]:
+    """Read and validate the catalog (the shipped ``catalog.toml`` unless ``path`` is given).
+
+    ``packages``, when given, is the set of valid ``package`` names (the repository's tools pass the uv
+    workspace's areas); without it a package name need only be kebab-case.
+
+    Raises:
+        ValueError: a malformed entry, naming the paper (or entry index) and the field.
+    """
+    if path is None:
+        text = resources.files("icml25.kernels").joinpath("catalog.toml").read_text(encoding="utf-8")
+    else:
+        text = Path(path).read_text(encoding="utf-8")
+    return load_text(text, packages=packages)
+
+
+def load_text(text: str, *, packages: Collection[str] | None = None) -> list[Paper]:
+    """:func:`load` from the catalog's TOML text."""
+    raw = tomllib.loads(text)
+    known = {f.name for f in fields(Paper)}
+    papers: list[Paper] = []
+    for i, entry in enumerate(raw.get("paper", [])):
+        unknown = set(entry) - known
+        if unknown:
+            raise ValueError(f"catalog entry {i}: unknown fields {sorted(unknown)}")
+        if "miss_in" in entry:
+            entry = {**entry, "miss_in": tuple(entry["miss_in"])}
+        try:
+            paper = Paper(**entry)
+        except TypeError as err:
+            raise ValueError(f"catalog entry {i}: {err}") from None
+        _validate(paper, packages)
+        papers.append(paper)
+    ids = [p.id for p in papers]
+    expected = [f"P{i:02d}" for i in range(N_PAPERS)]
+    if ids != expected:
+        raise ValueError(f"catalog ids must be P00..P{N_PAPERS - 1} in order, got {ids}")
+    return papers
+
+
+def _validate(p: Paper, packages: Collection[str] | None) -> None:
+    if not re.fullmatch(r"P\d\d", p.id):
+        raise ValueError(f"{p.id}: id must look like P07")
+    if not re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", p.slug):
+        raise ValueError(f"{p.id}: slug must be kebab-case, got {p.slug!r}")
+    if p.status not in STATUSES:
+        raise ValueError(f"{p.id}: status must be one of {STATUSES}, got {p.status!r}")
+    if p.package == "none":
+        if p.status != "out-of-scope":
+            raise ValueError(f"{p.id}: package 'none' is only for an out-of-scope paper")
+    elif packages is not None and p.package not in packages:
+        raise ValueError(f"{p.id}: package must be one of {sorted(packages)}, got {p.package!r}")
+    elif not re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", p.package):
+        raise ValueError(f"{p.id}: package must be a kebab-case area name, got {p.package!r}")
+    if p.status == "out-of-scope" and not p.reason:
+        raise ValueError(f"{p.id}: an out-of-scope paper needs a reason")
+    if p.status == "implemented":
+        prefix = f"icml25.{p.area}."
+        if not p.module.startswith(prefix) or not p.entry_point.startswith(prefix + "experiments."):
+            raise ValueError(
+                f"{p.id}: an implemented paper needs module {prefix}<name> and entry_point "
+                f"{prefix}experiments.<name>, got {p.module!r} and {p.entry_point!r}"
+            )
+    elif p.module or p.entry_point:
+        raise ValueError(f"{p.id}: only implemented papers have module/entry_point (status {p.status!r})")
+    if p.expect not in EXPECTS:
+        raise ValueError(f"{p.id}: expect must be one of {EXPECTS}, got {p.expect!r}")
+    if p.expect == "miss" and (p.status != "implemented" or not p.miss_reason.strip()):
+        raise ValueError(f"{p.id}: expect = 'miss' needs an implemented paper and a miss_reason")
+    if p.expect == "pass" and p.miss_reason:
+        raise ValueError(f"{p.id}: miss_reason given but expect = 'pass'")
+    if not p.miss_in or set(p.miss_in) - set(MODES):
+        raise ValueError(f"{p.id}: miss_in must be a non-empty subset of {MODES}, got {list(p.miss_in)}")
