@@ -1,8 +1,8 @@
 """Hostile-input contract of icml25.causal_discovery (CONTRIBUTING.md, "Bad input contract").
 
-P07 MAG listing and P54 ARROW: every public callable is registered with a valid example call;
-:mod:`icml25.kernels.testing` derives the hostile variants and asserts a clear error or a documented,
-finite result; ARROW keeps its fitted state after a rejected ``fit``.
+P07 MAG listing, P54 ARROW and P48 best subset selection: every public callable is registered with a
+valid example call; :mod:`icml25.kernels.testing` derives the hostile variants and asserts a clear error or a documented,
+finite result; ARROW and OptimalPursuitRegressor keep their fitted state after a rejected ``fit``.
 """
 
 from __future__ import annotations
@@ -26,6 +26,26 @@ _BITS, _ = cd.time_weave(_X)
 _SC = cd.xor_lag_scores(_BITS, 4)
 GRAPH_INTS = "marks are integer codes: any int-valued array is a candidate graph, checked for validity"
 EMPTY_GRAPH = "a constant (all-zero) marks matrix is the empty graph, a valid graph"
+
+
+_BX = _rng.normal(size=(40, 6))
+_BY = _BX[:, :2] @ np.array([1.0, -2.0]) + 0.1 * _rng.normal(size=40)
+BS_SCALE = "scale-free: X is rescaled internally (the exact criteria are invariant to column scales)"
+BS_COLUMN_Y = "a column vector y [n, 1] is raveled with a DataConversionWarning, as in scikit-learn"
+BS_CONSTANT = (
+    "documented: constant (zero once centred) columns are excluded with a SelectionWarning; "
+    "a constant y is fit exactly"
+)
+
+
+def _fitted_opr():
+    model = cd.OptimalPursuitRegressor(2).fit(_BX, _BY)
+    return model.fit, {"X": _BX, "y": _BY}, model
+
+
+def _fitted_opr_predict():
+    model = cd.OptimalPursuitRegressor(2).fit(_BX, _BY)
+    return model.predict, {"X": _BX}, None
 
 
 def _fitted_arrow():
@@ -128,6 +148,67 @@ SPECS = [
         ("marks",),
         covers=("apply_background_knowledge", "InconsistentBackgroundKnowledge"),
         allow={"dtype": GRAPH_INTS, "constant": EMPTY_GRAPH},
+    ),
+    HostileSpec(
+        "OptimalPursuitRegressor.fit",
+        setup=_fitted_opr,
+        arrays=("X", "y"),
+        covers=("OptimalPursuitRegressor",),
+        allow={
+            "X:huge": BS_SCALE,
+            "constant": BS_CONSTANT,
+            "y:extra_dim": BS_COLUMN_Y,
+        },
+    ),
+    HostileSpec(
+        "OptimalPursuitRegressor.predict",
+        setup=_fitted_opr_predict,
+        arrays=("X",),
+        covers=("OptimalPursuitRegressor",),
+        allow={
+            "constant": "any finite X is a valid input to a linear prediction",
+            "huge": "a linear prediction",
+        },
+    ),
+    HostileSpec(
+        "OptimalPursuitRegressor(tol, splice_tol)",
+        lambda tol, splice_tol: cd.OptimalPursuitRegressor(2, tol=tol, splice_tol=splice_tol).fit(_BX, _BY),
+        {"tol": 1e-10, "splice_tol": 1e-3},
+        ("tol", "splice_tol"),
+        covers=("OptimalPursuitRegressor",),
+    ),
+    HostileSpec(
+        "entry_scores",
+        lambda X, y: cd.entry_scores(X, y, ()),
+        {"X": _BX, "y": _BY},
+        ("X", "y"),
+        allow={
+            "X:huge": BS_SCALE,
+            "constant": "identical columns or a constant y are valid data with finite scores",
+            "y:extra_dim": BS_COLUMN_Y,
+        },
+    ),
+    HostileSpec(
+        "exit_scores",
+        lambda X, y: cd.exit_scores(X, y, [0, 1]),
+        {"X": _BX, "y": _BY},
+        ("X", "y"),
+        allow={
+            "X:huge": BS_SCALE,
+            "constant": "identical columns or a constant y are valid data with finite scores",
+            "y:extra_dim": BS_COLUMN_Y,
+        },
+    ),
+    HostileSpec(
+        "best_subset_exhaustive",
+        lambda X, y: cd.best_subset_exhaustive(X, y, 2),
+        {"X": _BX, "y": _BY},
+        ("X", "y"),
+        allow={
+            "X:huge": BS_SCALE,
+            "constant": "every subset of identical columns (or a constant y) is a valid optimum",
+            "y:extra_dim": BS_COLUMN_Y,
+        },
     ),
 ]
 EXCLUDED: dict[str, str] = {}

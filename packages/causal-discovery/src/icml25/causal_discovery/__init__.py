@@ -13,6 +13,12 @@ from icml25.causal_discovery.arrow import (
     time_weave,
     xor_lag_scores,
 )
+from icml25.causal_discovery.best_subset import (
+    OptimalPursuitRegressor,
+    best_subset_exhaustive,
+    entry_scores,
+    exit_scores,
+)
 from icml25.causal_discovery.mag_listing import (
     MAG,
     PAG,
@@ -34,8 +40,12 @@ __all__ = [
     "PAG",
     "InconsistentBackgroundKnowledge",
     "ListingStats",
+    "OptimalPursuitRegressor",
     "__version__",
     "apply_background_knowledge",
+    "best_subset_exhaustive",
+    "entry_scores",
+    "exit_scores",
     "is_mag",
     "list_mags",
     "list_mags_bruteforce",
