@@ -17,18 +17,18 @@ from icml25.kernels.testing import HostileSpec
 _g = torch.Generator().manual_seed(0)
 _X = torch.randn(6, 8, generator=_g)
 CONST_OK = "constant activations are valid: the result is finite"
+# seed=0: the models' initial weights come from a local generator (the global random state is untouched).
 SAES = {
-    "TopKSAE": lambda: ip.TopKSAE(8, 16, k=4),
-    "BatchTopKSAE": lambda: ip.BatchTopKSAE(8, 16, k=4),
-    "ReLUSAE": lambda: ip.ReLUSAE(8, 16),
-    "MatryoshkaKSAE": lambda: ip.MatryoshkaKSAE(8, 16, ks=[2, 4]),
-    "MatryoshkaSAE": lambda: ip.MatryoshkaSAE(8, 16, ks=[2, 4]),
+    "TopKSAE": lambda: ip.TopKSAE(8, 16, k=4, seed=0),
+    "BatchTopKSAE": lambda: ip.BatchTopKSAE(8, 16, k=4, seed=0),
+    "ReLUSAE": lambda: ip.ReLUSAE(8, 16, seed=0),
+    "MatryoshkaKSAE": lambda: ip.MatryoshkaKSAE(8, 16, ks=[2, 4], seed=0),
+    "MatryoshkaSAE": lambda: ip.MatryoshkaSAE(8, 16, ks=[2, 4], seed=0),
 }
 
 
 def _method(cls: str, method: str):
     def setup():
-        torch.manual_seed(0)
         model = SAES[cls]()
         return getattr(model, method), {"x": _X}, model
 
@@ -82,7 +82,7 @@ SPECS += [
     ),
     HostileSpec(
         "pareto_curve",
-        lambda X: ip.pareto_curve(ip.TopKSAE(8, 16, k=4), X, [2, 4]),
+        lambda X: ip.pareto_curve(SAES["TopKSAE"](), X, [2, 4]),
         {"X": _X},
         ("X",),
         allow={"huge": "finite inputs give finite metrics"},
@@ -90,13 +90,13 @@ SPECS += [
     ),
     HostileSpec(
         "train_sae",
-        lambda data: ip.train_sae(ip.TopKSAE(8, 16, k=4), data, steps=2, batch_size=3),
+        lambda data: ip.train_sae(SAES["TopKSAE"](), data, steps=2, batch_size=3, seed=0, progress=False),
         {"data": _X},
         ("data",),
         allow={"constant": CONST_OK},
         known={"huge": "1e30-scaled activations overflow the float32 squared error to Inf (no error)"},
     ),
-    HostileSpec("to_saelens", lambda: ip.to_saelens(ip.TopKSAE(8, 16, k=4)), {}, (), covers=("to_saelens",)),
+    HostileSpec("to_saelens", lambda: ip.to_saelens(SAES["TopKSAE"]()), {}, (), covers=("to_saelens",)),
 ]
 EXCLUDED = {
     "from_saelens": "loads a SAELens state dict + cfg; the dict's tensors are checked by its own tests "
@@ -123,7 +123,6 @@ def test_matryoshka_k_sae_empty_batch_loss_is_an_error() -> None:
 
 @pytest.mark.parametrize("cls", sorted(SAES))
 def test_rejected_loss_keeps_state(cls: str) -> None:
-    torch.manual_seed(0)
     model = SAES[cls]()
     model.loss(_X)
     before = kt.snapshot_state(model)

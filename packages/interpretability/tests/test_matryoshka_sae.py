@@ -34,6 +34,8 @@ from icml25.interpretability.sae import (
     topk_relu,
     train_sae,
 )
+from icml25.interpretability.sae.saelens import SAELENS_FORMAT_VERSION, to_saelens_sae
+from icml25.kernels.rng import global_rng_state
 
 
 def _perturbed(model, seed=0, scale=0.3):
@@ -217,6 +219,33 @@ def test_normalizers():
     torch.testing.assert_close(msae.inverse_transform(Xn), X, rtol=1e-5, atol=1e-5)
     sl = ActivationNormalizer("saelens").fit(X)
     assert float(sl.transform(X).norm(dim=1).mean()) == pytest.approx(4.0, rel=1e-5)
+
+
+def test_normalizer_not_fitted_is_a_value_error():
+    message = r"^ActivationNormalizer is not fitted: call fit\(\.\.\.\) first$"
+    for method in ("transform", "inverse_transform"):
+        with pytest.raises(ValueError, match=message):
+            getattr(ActivationNormalizer(), method)(torch.zeros(2, 3))
+    with pytest.raises(ValueError, match=message):
+        to_saelens(TopKSAE(3, 8, k=2, seed=0), normalizer=ActivationNormalizer())
+
+
+def test_seeded_init_and_training_leave_the_global_rng_alone():
+    before = global_rng_state()
+    msae = MatryoshkaKSAE(12, 40, ks=[2, 8, 40], seed=3)
+    topk = TopKSAE(12, 40, k=8, seed=3)
+    assert global_rng_state() == before
+    # One seed, one initial dictionary across the zoo (the reproduction relies on it).
+    assert torch.equal(msae.W_dec, topk.W_dec) and torch.equal(msae.W_enc, topk.W_enc)
+    assert not torch.equal(TopKSAE(12, 40, k=8, seed=4).W_dec, topk.W_dec)
+    torch.manual_seed(3)  # seed=None draws from torch's global generator, like nn.Linear: the same stream
+    assert torch.equal(TopKSAE(12, 40, k=8).W_dec, topk.W_dec)
+    X = torch.randn(64, 12, generator=torch.Generator().manual_seed(0))
+    before = global_rng_state()
+    by_seed = train_sae(TopKSAE(12, 40, 4, seed=0), X, steps=3, batch_size=16, seed=5, progress=False)
+    gen = torch.Generator().manual_seed(5)
+    by_gen = train_sae(TopKSAE(12, 40, 4, seed=0), X, steps=3, batch_size=16, generator=gen, progress=False)
+    assert global_rng_state() == before and by_seed["loss"] == by_gen["loss"]
 
 
 # --------------------------------------------------------------------------------------- other SAEs
@@ -442,6 +471,63 @@ def test_saelens_on_disk_format(kind, tmp_path):
     torch.testing.assert_close(from_saelens(weights, loaded_cfg)(x), model(x, k), rtol=1e-5, atol=1e-5)
 
 
+# SAELens' config path of SAE.load_from_disk (sae-lens 6.x, read from its source: loading/
+# pretrained_sae_loaders.py handle_config_defaulting / handle_pre_6_0_config, saes/sae.py SAEConfig.from_dict):
+# a cfg without "sae_lens_version" (top level or in metadata) is taken as pre-6.0 and its metadata is
+# rebuilt from these top-level LLM keys only; otherwise metadata is kept as written (SAEMetadata(**metadata)).
+_SAELENS_LLM_METADATA_KEYS = {
+    "model_name", "hook_name", "model_class_name", "hook_head_index", "model_from_pretrained_kwargs",
+    "prepend_bos", "exclude_special_tokens", "neuronpedia_id", "context_size", "seqpos_slice", "dataset_path",
+    "sae_lens_version", "sae_lens_training_version", "hook_name_out", "hook_head_index_out",
+}  # fmt: skip
+
+
+def _saelens_loaded_cfg(cfg_json: dict) -> dict:
+    version = cfg_json.get("sae_lens_version") or (cfg_json.get("metadata") or {}).get("sae_lens_version")
+    cfg = {
+        k: v for k, v in cfg_json.items() if k in _SAELENS_FIELDS[cfg_json["architecture"]] | {"architecture"}
+    }
+    if not version or int(str(version).split(".")[0]) < 6:
+        cfg["metadata"] = {k: v for k, v in cfg_json.items() if k in _SAELENS_LLM_METADATA_KEYS}
+    return cfg
+
+
+@pytest.mark.parametrize("weighting", ["UW", "RW", [3.0, 1.0, 0.5]])
+def test_saelens_loader_keeps_the_msae_levels(weighting, tmp_path):
+    model = _perturbed(MatryoshkaKSAE(12, 40, ks=[2, 8, 40], weighting=weighting, seed=11)).eval()
+    state, cfg = to_saelens(model)
+    assert cfg["metadata"]["sae_lens_version"] == SAELENS_FORMAT_VERSION == "6.0.0"
+    (tmp_path / "cfg.json").write_text(json.dumps(cfg))
+    loaded = _saelens_loaded_cfg(json.loads((tmp_path / "cfg.json").read_text()))
+    assert loaded["metadata"]["msae_ks"] == [2, 8, 40]
+    before = global_rng_state()
+    back = from_saelens(state, loaded)
+    assert global_rng_state() == before  # the rebuilt model's weights come from the file, not the global RNG
+    assert isinstance(back, MatryoshkaKSAE) and back.ks == model.ks and back.weights == model.weights
+    x = torch.randn(9, 12, generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(back(x), model(x), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(back.loss(x)[0], model.loss(x)[0], rtol=1e-5, atol=1e-6)  # training resumes
+    # Without the version, SAELens' loader drops our metadata and the import falls back to a plain ReLU SAE.
+    unversioned = {**cfg, "metadata": {k: v for k, v in cfg["metadata"].items() if k != "sae_lens_version"}}
+    assert "msae_ks" not in _saelens_loaded_cfg(unversioned)["metadata"]
+    assert type(from_saelens(state, _saelens_loaded_cfg(unversioned))) is ReLUSAE
+
+
+def test_saelens_round_trip_through_sae_lens(tmp_path):
+    """With sae-lens installed: SAE.save_model / SAE.load_from_disk keep the MSAE levels and the outputs."""
+    sae_lens = pytest.importorskip("sae_lens")
+    model = _perturbed(MatryoshkaKSAE(12, 40, ks=[2, 8, 40], weighting="RW", seed=12)).eval()
+    to_saelens_sae(model).save_model(tmp_path)
+    loaded = sae_lens.SAE.load_from_disk(tmp_path)
+    assert loaded.cfg.metadata["msae_ks"] == [2, 8, 40]
+    x = torch.randn(9, 12, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x), model(x), rtol=1e-5, atol=1e-5)
+    back = from_saelens(dict(loaded.state_dict()), loaded.cfg.to_dict())
+    assert isinstance(back, MatryoshkaKSAE) and back.ks == [2, 8, 40] and back.weighting == "RW"
+    torch.testing.assert_close(back(x), model(x), rtol=1e-5, atol=1e-5)
+
+
 # ------------------------------------------------------------------------------------------ bad inputs
 def test_bad_inputs_raise_clear_errors():
     with pytest.raises(ValueError, match=r"k must be in \[1, 32\], got 33"):
@@ -491,7 +577,11 @@ def test_quick_reproduction_passes(quick_report):
     r = quick_report
     m = r.metrics
     assert r.paper == "P22"
-    # Brief §6 quick thresholds: AUC ratio <= 0.95, FVU@8 ratio <= 1.5.
+    # Our CPU-scale quick bars: AUC ratio <= 0.95, FVU@8 ratio <= 1.5 (cosine reported, not gated).
+    assert r.checks == {
+        "AUC(FVU vs log2 k, k=4..64): MSAE-UW <= 0.95 x best TopK": True,
+        "FVU@8(MSAE-UW) <= 1.5 x TopK-8": True,
+    }
     assert m["auc_ratio_msae_uw_vs_best_topk"] <= 0.95
     assert m["fvu_k8_ratio_msae_uw_vs_topk8"] <= 1.5
     assert m["msae_uw_cosine_uncapped"] >= 0.95
@@ -501,3 +591,15 @@ def test_quick_reproduction_passes(quick_report):
     assert m["msae_uw_fvu_k64"] < m["msae_uw_fvu_k8"] < m["msae_uw_fvu_k4"]
     assert [p.name for p in r.figures] == ["p22_matryoshka_sae_pareto.png"]
     assert r.figures[0].stat().st_size > 10_000
+
+
+def test_threshold_text_is_the_recorded_rule():
+    from icml25.interpretability.experiments import matryoshka_sae
+
+    assert matryoshka_sae.threshold(quick=True) == (
+        "AUC(FVU vs log2 k, k=4..64): MSAE-UW <= 0.95 x best TopK; FVU@8(MSAE-UW) <= 1.5 x TopK-8"
+    )
+    assert matryoshka_sae.threshold(quick=False) == (
+        "AUC(FVU vs log2 k, k=4..64): MSAE-UW <= 0.85 x best TopK; FVU@8(MSAE-UW) <= 1.3 x TopK-8; "
+        "MSAE beats ReLU SAE at matched L0; uncapped MSAE cosine >= 0.95"
+    )

@@ -397,6 +397,29 @@ def test_agent_bad_inputs(snake):
     assert flat.act(env.cell_to_obs(np.array([1, 1])), env.cell_to_obs(np.array([1, 3]))) == 3  # right
 
 
+def test_trainers_are_reproducible_without_touching_global_rng():
+    """The same seed gives the same TDR and policy whatever the caller's global state, which stays as it was."""
+    from icml25.kernels.rng import global_rng_state
+
+    data = generate_stitch_dataset(GridMaze("snake7"), n_trajectories=20, length_range=(4, 6), seed=0)
+    tdr_cfg = TDRConfig(hidden_dims=(8,), tdr_dim=3, steps=5, batch_size=16)
+    pol_cfg = PolicyConfig(hidden_dims=(8,), subgoal_steps=2, steps=5, batch_size=16)
+
+    def train_both(global_seed):
+        torch.manual_seed(global_seed)
+        np.random.seed(global_seed)  # noqa: NPY002 - the caller's global state, which must not matter
+        before = global_rng_state()
+        tdr = train_tdr(data, tdr_cfg, seed=3)
+        policy = train_policy(data, tdr.encode(data["observations"]), pol_cfg, seed=3)
+        assert global_rng_state() == before
+        return [*tdr.state_dict().values(), *policy.state_dict().values()]
+
+    a, b = train_both(0), train_both(1)
+    assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+    other = train_tdr(data, tdr_cfg, seed=4).state_dict().values()
+    assert not all(torch.equal(x, y) for x, y in zip(a, other))  # the seed does matter
+
+
 def test_spearman_exact():
     x = np.array([1.0, 2.0, 3.0, 4.0])
     assert experiment.spearman(x, x**3) == pytest.approx(1.0)
@@ -414,6 +437,15 @@ def quick_trained():
 
 
 ORDER_CHECK = "GAS success >= flat success + 0.5"
+
+
+def test_threshold_text_is_the_checks():
+    assert experiment.threshold(quick=True) == (
+        "GAS success >= flat success + 0.5; GAS success >= 0.7; TDR Spearman vs BFS >= 0.9"
+    )
+    assert experiment.threshold(quick=False) == (
+        "GAS success >= flat success + 0.5; GAS success >= 0.8; flat success <= 0.3; TDR Spearman vs BFS >= 0.9"
+    )
 
 
 def test_quick_reproduction(quick_trained, tmp_path):

@@ -1,7 +1,8 @@
 """Hostile-input contract of icml25.rl (CONTRIBUTING.md, "Bad input contract").
 
-P05 GAS: every public callable is registered with a valid example call; :mod:`icml25.kernels.testing`
-derives the hostile variants and asserts a clear error or a documented, finite result.
+P05 GAS and P43 SF-LSVI: every public callable is registered with a valid example call;
+:mod:`icml25.kernels.testing` derives the hostile variants and asserts a clear error or a documented,
+finite result.
 """
 
 from __future__ import annotations
@@ -17,6 +18,13 @@ _rng = np.random.default_rng(0)
 _PHI = _rng.normal(size=(12, 3))
 _TRAJ = np.cumsum(_rng.normal(size=(10, 3)), 0)
 CONST_OK = "identical embeddings are valid: all states are one cluster / one node"
+# A tiny dataset and 3-step trainings: the trainers' contract (and the global-RNG check) in milliseconds.
+_DATA = rl.generate_stitch_dataset(rl.GridMaze("snake7"), n_trajectories=12, length_range=(4, 6), seed=0)
+_DATA_PHI = _rng.normal(size=(len(_DATA["observations"]), 3))
+_TDR_CFG = rl.TDRConfig(hidden_dims=(8,), tdr_dim=3, steps=3, batch_size=8)
+_POLICY_CFG = rl.PolicyConfig(hidden_dims=(8,), subgoal_steps=2, steps=3, batch_size=8)
+CONST_OBS_OK = "a dataset whose observations are all equal is valid (one state): training stays finite"
+HUGE_OBS_GAP = "1e30-scaled observations overflow float32 activations in the MLP to NaN weights (no error)"
 
 SPECS = [
     HostileSpec(
@@ -64,6 +72,25 @@ SPECS = [
             "ends:constant": "a one-trajectory dataset: any single valid end is valid",
         },
     ),
+    HostileSpec(
+        "train_tdr",
+        lambda dataset: rl.train_tdr(dataset, _TDR_CFG, seed=0),
+        {"dataset": _DATA},
+        (("dataset", "observations"),),
+        {"constant": CONST_OBS_OK},
+        known={"huge": HUGE_OBS_GAP},
+    ),
+    HostileSpec(
+        "train_policy",
+        lambda dataset, phi: rl.train_policy(dataset, phi, _POLICY_CFG, seed=0),
+        {"dataset": _DATA, "phi": _DATA_PHI},
+        (("dataset", "observations"), "phi"),
+        {
+            "dataset['observations']:constant": CONST_OBS_OK,
+            "phi:constant": "identical embeddings give zero directions: plain BC, finite",
+        },
+        known={"dataset['observations']:huge": HUGE_OBS_GAP},
+    ),
 ]
 EXCLUDED = {
     "TDR": "an nn.Module built by train_tdr; its inputs are checked by validate_offline_dataset",
@@ -74,11 +101,183 @@ EXCLUDED = {
     "PolicyConfig": "a plain config dataclass",
     "TDRConfig": "a plain config dataclass",
     "generate_stitch_dataset": "a simulator: no array input",
-    "train_policy": "trains on a dataset that validate_offline_dataset checks; long-running (not in a 60 s suite)",
-    "train_tdr": "trains on a dataset that validate_offline_dataset checks; long-running (not in a 60 s suite)",
     "trajectories": "structure of a dataset validated by validate_offline_dataset",
     "validate_offline_dataset": "the validator itself; exercised by test_gas",
 }
+
+
+# P43 SF-LSVI (Bellman unbiasedness): moment/quantile targets, exact DP, the tabular and linear agents.
+_P43_P = np.array([[[0.3, 0.7], [1.0, 0.0]], [[0.5, 0.5], [0.2, 0.8]]])
+_P43_PI = np.array([[[1.0, 0.0], [0.4, 0.6]], [[0.9, 0.1], [0.0, 1.0]]])
+_P43_RM = np.array([[[0.5, 0.3, 0.2], [0.1, 0.1, 0.1]], [[0.9, 0.8, 0.7], [0.0, 0.0, 0.0]]])
+_P43_EPISODE = [(0, 1, 0.5, 1, False), (1, 0, 0.25, 0, False)]
+P43_BATCH = "an empty batch gives an empty batch"
+P43_VALID = "any finite moments (or rewards) are a valid input: the expansion is exact arithmetic"
+
+
+def _p43_fit():
+    agent = rl.TabularSFLSVI(2, 2, 2, beta=1.0, seed=0)
+    return agent.fit, {"episodes": [_P43_EPISODE, _P43_EPISODE[:1]], "weights": np.array([1.0, 2.0])}, None
+
+
+def _p43_update(cls):
+    def setup():
+        return cls(2, 2, 2, seed=0).update, {"episode": list(_P43_EPISODE)}, None
+
+    return setup
+
+
+def _p43_linear_update():
+    agent = rl.LinearSFLSVI(lambda s, a: np.concatenate([s, [a, 1.0]]), 4, 2, 2, seed=0)
+    return agent.update, {"episode": [(np.array([0.1, 0.2]), 1, 0.5, np.array([0.3, -0.1]), False)]}, None
+
+
+SPECS += [
+    HostileSpec(
+        "moment_bellman_target",
+        rl.moment_bellman_target,
+        {"r": np.array([0.2, 0.7]), "next_moments": np.array([[1.0, 1.5], [0.5, 0.4]])},
+        ("r", "next_moments"),
+        {
+            "constant": P43_VALID,
+            "next_moments:huge": "targets of huge moments are finite in float64 and exact",
+        },
+    ),
+    HostileSpec(
+        "quantile_bellman_target",
+        rl.quantile_bellman_target,
+        {
+            "r": np.array([0.2, 0.7]),
+            "next_atoms": np.array([[0.0, 1.0, 2.0], [0.5, 0.4, 3.0]]),
+            "taus": np.array([0.25, 0.5, 0.75]),
+        },
+        ("r", "next_atoms", "taus"),
+        {
+            "r:constant": P43_VALID,
+            "next_atoms:constant": "identical atoms: a point-mass sketch",
+            "taus:constant": "repeated levels give repeated quantiles",
+            "r:huge": "sums of finite numbers",
+            "next_atoms:huge": "sums of finite numbers",
+        },
+    ),
+    HostileSpec(
+        "project_moments",
+        rl.project_moments,
+        {"moments": np.array([[1.0, 1.5, 2.5], [0.5, 0.4, 0.3]]), "upper": 3.0},
+        ("moments", "upper"),
+        {
+            "constant": "any raw vector is projected onto the moment conditions",
+            "huge": "clipped to the support bound upper^n",
+            "moments:empty:0": P43_BATCH,
+            "moments:extra_dim": "[..., N] with N = 1: each entry is a first moment",
+            "moments:missing_dim": "one moment vector (an empty batch shape)",
+        },
+    ),
+    HostileSpec(
+        "exact_return_moments",
+        rl.exact_return_moments,
+        {"P": _P43_P, "R_moments": _P43_RM, "pi": _P43_PI, "H": 2},
+        ("P", "R_moments", "pi"),
+        {"R_moments:constant": P43_VALID},
+    ),
+    HostileSpec(
+        "optimal_policy",
+        rl.optimal_policy,
+        {"P": _P43_P, "mean_reward": np.array([[0.5, 0.3], [0.9, 0.0]]), "H": 2},
+        ("P", "mean_reward"),
+        {
+            "mean_reward:constant": "equal rewards: every action is optimal (uniform policy)",
+            "mean_reward:huge": "H finite rewards add up to a finite value in float64",
+        },
+    ),
+    HostileSpec(
+        "return_quantiles",
+        rl.return_quantiles,
+        {
+            "support": np.array([0.0, 1.0, 2.0]),
+            "pmf": np.array([[0.2, 0.5, 0.3], [0.0, 0.1, 0.9]]),
+            "taus": np.array([0.25, 0.5]),
+        },
+        ("support", "pmf", "taus"),
+        {
+            "pmf:empty:0": P43_BATCH,
+            "support:constant": "ties in the support are a valid (degenerate) lattice",
+            "support:huge": "quantiles are support points",
+            "taus:constant": "repeated levels",
+        },
+    ),
+    HostileSpec(
+        "TabularMDP",
+        rl.TabularMDP,
+        {
+            "P": _P43_P,
+            "reward_values": np.array([[[0.0, 1.0], [0.5, 0.5]], [[0.0, 0.2], [1.0, 0.0]]]),
+            "reward_probs": np.array([[[0.7, 0.3], [1.0, 0.0]], [[0.5, 0.5], [0.1, 0.9]]]),
+            "init": np.array([1.0, 0.0]),
+            "H": 2,
+        },
+        ("P", "reward_values", "reward_probs", "init"),
+        {
+            "reward_values:constant": "any finite reward support is a valid model",
+            "reward_values:huge": "the model does not bound rewards; the agents check r_max",
+        },
+    ),
+    HostileSpec(
+        "exact_return_pmf",
+        lambda pi, resolution: rl.exact_return_pmf(rl.two_branch_chain(H=3), pi, resolution),
+        {"pi": np.full((3, 8, 2), 0.5), "resolution": 0.5},
+        ("pi", "resolution"),
+        {"pi:constant": "the uniform policy"},
+    ),
+    HostileSpec(
+        "two_branch_chain",
+        rl.two_branch_chain,
+        {"H": 4, "p_risky": 0.3, "r_safe": 0.5},
+        ("p_risky", "r_safe"),
+    ),
+    HostileSpec(
+        "TabularSFLSVI",
+        lambda eval_policy: rl.TabularSFLSVI(2, 2, 2, eval_policy=eval_policy),
+        {"eval_policy": _P43_PI},
+        ("eval_policy",),
+    ),
+    HostileSpec(
+        "TabularSFLSVI.fit",
+        setup=_p43_fit,
+        arrays=("weights",),
+        allow={"constant": "equal weights: a plain refit", "huge": "weights are relative (averages)"},
+        covers=("TabularSFLSVI",),
+    ),
+    HostileSpec(
+        "TabularSFLSVI.update",
+        setup=_p43_update(rl.TabularSFLSVI),
+        arrays=(("episode", 0, 2), ("episode", 1, 2)),
+        covers=("TabularSFLSVI",),
+    ),
+    HostileSpec(
+        "EpsilonGreedyQLearning.update",
+        setup=_p43_update(rl.EpsilonGreedyQLearning),
+        arrays=(("episode", 0, 2),),
+        covers=("EpsilonGreedyQLearning",),
+    ),
+    HostileSpec(
+        "LinearSFLSVI.update",
+        setup=_p43_linear_update,
+        arrays=(("episode", 0, 0), ("episode", 0, 2), ("episode", 0, 3)),
+        allow={"constant": "a constant observation is a valid state"},
+        covers=("LinearSFLSVI",),
+    ),
+]
+EXCLUDED.update(
+    {
+        "EpisodeBatch": "a container built by EpisodeBatch.from_episodes; validated by TabularSFLSVI.fit",
+        "Transition": "a NamedTuple of one step; validated by the agents' update (registered above)",
+        "TabularMDPEnv": "an environment: gymnasium checks actions (test_sf_lsvi runs check_env)",
+        "random_tabular_mdp": "a simulator: integer sizes and a seed only (checked by check_int)",
+        "run_episode": "drives an env and an agent (objects); the agents validate the episode",
+        "tabular_mdp_from_gym": "reads a toy-text model (TypeError on other envs); tested on FrozenLake",
+    }
+)
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)

@@ -23,6 +23,26 @@ from icml25.rl.gas import (
     train_tdr,
 )
 from icml25.rl.maze import GridMaze, generate_stitch_dataset
+from icml25.rl.sf_lsvi import (
+    EpisodeBatch,
+    EpsilonGreedyQLearning,
+    LinearSFLSVI,
+    TabularMDP,
+    TabularMDPEnv,
+    TabularSFLSVI,
+    Transition,
+    exact_return_moments,
+    exact_return_pmf,
+    moment_bellman_target,
+    optimal_policy,
+    project_moments,
+    quantile_bellman_target,
+    random_tabular_mdp,
+    return_quantiles,
+    run_episode,
+    tabular_mdp_from_gym,
+    two_branch_chain,
+)
 
 __version__ = _distribution_version("icml25-rl")
 
@@ -46,4 +66,23 @@ __all__ = [  # noqa: RUF022 (grouped by paper)
     "train_tdr",
     "trajectories",
     "validate_offline_dataset",
+    # P43 SF-LSVI (Bellman unbiasedness)
+    "EpisodeBatch",
+    "EpsilonGreedyQLearning",
+    "LinearSFLSVI",
+    "TabularMDP",
+    "TabularMDPEnv",
+    "TabularSFLSVI",
+    "Transition",
+    "exact_return_moments",
+    "exact_return_pmf",
+    "moment_bellman_target",
+    "optimal_policy",
+    "project_moments",
+    "quantile_bellman_target",
+    "random_tabular_mdp",
+    "return_quantiles",
+    "run_episode",
+    "tabular_mdp_from_gym",
+    "two_branch_chain",
 ]

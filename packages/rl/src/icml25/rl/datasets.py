@@ -1,7 +1,7 @@
 """Offline RL datasets as dicts of numpy arrays (D4RL / Minari / OGBench layout): validation and views.
 
 Shared by the offline methods of this package (first used by *GAS: Graph-Assisted Stitching for offline
-hierarchical RL*, ICML 2025, catalog id P05).
+hierarchical RL*, catalog id P05).
 
 Layout (one row per transition, ``N`` rows):
 

@@ -1,7 +1,7 @@
 """Goal-conditioned grid maze with the gymnasium API, and a stitch-style offline dataset generator.
 
 Environment and data of the small-scale reproduction of *GAS: Graph-Assisted Stitching for offline
-hierarchical RL* (ICML 2025, catalog id P05), usable on its own by any offline goal-conditioned method.
+hierarchical RL* (catalog id P05), usable on its own by any offline goal-conditioned method.
 
 The maze is a character grid (``#`` wall, ``.`` free). The agent occupies one free cell and moves with 4
 discrete actions; bumping into a wall leaves it in place. Observations are the normalised cell coordinates

@@ -1,4 +1,4 @@
-"""Interpreting CLIP with Hierarchical Sparse Autoencoders (MSAE), ICML 2025, P22 — and the SAE toolkit.
+"""Interpreting CLIP with Hierarchical Sparse Autoencoders (MSAE) — ICML 2025, P22: the SAE toolkit.
 
 Sparse autoencoders for interpretability: a small zoo (TopK with AuxK, BatchTopK, ReLU+L1) that other
 papers of this package reuse (P19 SAeUron), the Matryoshka-over-k SAE of P22 (:class:`MatryoshkaKSAE`),
@@ -7,9 +7,9 @@ SAELens interchange. Top-k decodes use the shared ``icml25.kernels.topk_decode``
 
 >>> import torch
 >>> from icml25.interpretability.sae import MatryoshkaKSAE, train_sae, pareto_curve
->>> X = torch.randn(2048, 32)
->>> sae = MatryoshkaKSAE(32, 128, ks=[4, 16, 128])
->>> _ = train_sae(sae, X, steps=20, batch_size=256, progress=False)
+>>> X = torch.randn(2048, 32, generator=torch.Generator().manual_seed(0))
+>>> sae = MatryoshkaKSAE(32, 128, ks=[4, 16, 128], seed=0)
+>>> _ = train_sae(sae, X, steps=20, batch_size=256, seed=0, progress=False)
 >>> [row["k"] for row in pareto_curve(sae, X, ks=[4, 16, None])]
 [4, 16, None]
 """

@@ -1,4 +1,4 @@
-"""Interpreting CLIP with Hierarchical Sparse Autoencoders (MSAE), ICML 2025, P22: the base SAE zoo.
+"""Interpreting CLIP with Hierarchical Sparse Autoencoders (MSAE) — ICML 2025, P22: the base SAE zoo.
 
 The sparse autoencoders every SAE paper in this package builds on (P22 MSAE; P19 SAeUron reuses them):
 
@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from icml25.interpretability.sae.losses import RECON_KINDS, nmse, normalized_l1, reconstruction_loss
+from icml25.kernels.rng import make_generator
 from icml25.kernels.topk_decode import topk_decode
 
 
@@ -67,12 +68,23 @@ class SparseAutoencoder(nn.Module, abc.ABC):
         d_sae: number of latents n.
         loss_kind: reconstruction loss, ``"nmse"`` (MSAE ICML code, default) or ``"mse"``.
         init_norm: norm of the decoder rows at init (MSAE / Anthropic: 0.1); ``W_enc = W_decᵀ``.
+        seed: seeds the initial weights from a local generator (the same seed gives the same weights
+            in every model of the zoo, and the global random state is untouched); ``None`` draws from
+            torch's global generator, as ``nn.Linear`` does.
     """
 
     #: learning rate the MSAE paper used for this model family (the training loop's default).
     default_lr: float = 5e-4
 
-    def __init__(self, d_in: int, d_sae: int, *, loss_kind: str = "nmse", init_norm: float = 0.1) -> None:
+    def __init__(
+        self,
+        d_in: int,
+        d_sae: int,
+        *,
+        loss_kind: str = "nmse",
+        init_norm: float = 0.1,
+        seed: int | None = None,
+    ) -> None:
         super().__init__()
         self.d_in = _check_int("d_in", d_in, 1)
         self.d_sae = _check_int("d_sae", d_sae, 1)
@@ -82,7 +94,8 @@ class SparseAutoencoder(nn.Module, abc.ABC):
             raise ValueError(f"init_norm must be a positive float, got {init_norm!r}")
         self.loss_kind = loss_kind
         W_dec = torch.empty(d_sae, d_in)
-        nn.init.kaiming_uniform_(W_dec, a=math.sqrt(5))
+        generator = None if seed is None else make_generator(seed)
+        nn.init.kaiming_uniform_(W_dec, a=math.sqrt(5), generator=generator)
         W_dec = W_dec / W_dec.norm(dim=1, keepdim=True).clamp_min(1e-12) * init_norm
         self.W_dec = nn.Parameter(W_dec)
         self.W_enc = nn.Parameter(W_dec.t().clone())
@@ -218,6 +231,7 @@ class TopKSAE(SparseAutoencoder):
         aux_k: active dead latents in the auxiliary loss (``None``: no AuxK; Gao et al. use 512).
         aux_coef: weight of the auxiliary loss (Gao et al.: 1/32).
         dead_after: samples without firing after which a latent counts as dead (Gao et al.: 10M tokens).
+        loss_kind, init_norm, seed: as in :class:`SparseAutoencoder`.
     """
 
     def __init__(
@@ -231,8 +245,9 @@ class TopKSAE(SparseAutoencoder):
         dead_after: int = 10_000_000,
         loss_kind: str = "nmse",
         init_norm: float = 0.1,
+        seed: int | None = None,
     ) -> None:
-        super().__init__(d_in, d_sae, loss_kind=loss_kind, init_norm=init_norm)
+        super().__init__(d_in, d_sae, loss_kind=loss_kind, init_norm=init_norm, seed=seed)
         self.k = _check_int("k", k, 1, d_sae)
         self.aux_k = None if aux_k is None else _check_int("aux_k", aux_k, 1, d_sae)
         if not (isinstance(aux_coef, (int, float)) and aux_coef >= 0):
@@ -287,6 +302,7 @@ class BatchTopKSAE(SparseAutoencoder):
         d_in, d_sae: sizes.
         k: average active latents per sample.
         threshold_momentum: EMA momentum of θ.
+        loss_kind, init_norm, seed: as in :class:`SparseAutoencoder`.
     """
 
     def __init__(
@@ -298,8 +314,9 @@ class BatchTopKSAE(SparseAutoencoder):
         threshold_momentum: float = 0.99,
         loss_kind: str = "nmse",
         init_norm: float = 0.1,
+        seed: int | None = None,
     ) -> None:
-        super().__init__(d_in, d_sae, loss_kind=loss_kind, init_norm=init_norm)
+        super().__init__(d_in, d_sae, loss_kind=loss_kind, init_norm=init_norm, seed=seed)
         self.k = _check_int("k", k, 1, d_sae)
         if not (0.0 <= threshold_momentum < 1.0):
             raise ValueError(f"threshold_momentum must be in [0, 1), got {threshold_momentum!r}")
@@ -347,6 +364,7 @@ class ReLUSAE(SparseAutoencoder):
     Args:
         d_in, d_sae: sizes.
         l1_coef: weight of the input-normalised L1 penalty (MSAE: 0.003).
+        loss_kind, init_norm, seed: as in :class:`SparseAutoencoder`.
     """
 
     default_lr = 5e-5
@@ -359,8 +377,9 @@ class ReLUSAE(SparseAutoencoder):
         *,
         loss_kind: str = "nmse",
         init_norm: float = 0.1,
+        seed: int | None = None,
     ) -> None:
-        super().__init__(d_in, d_sae, loss_kind=loss_kind, init_norm=init_norm)
+        super().__init__(d_in, d_sae, loss_kind=loss_kind, init_norm=init_norm, seed=seed)
         if not (isinstance(l1_coef, (int, float)) and l1_coef >= 0):
             raise ValueError(f"l1_coef must be a non-negative float, got {l1_coef!r}")
         self.l1_coef = float(l1_coef)

@@ -1,4 +1,4 @@
-"""Interpreting CLIP with Hierarchical Sparse Autoencoders (MSAE), ICML 2025, P22: SAE training losses.
+"""Interpreting CLIP with Hierarchical Sparse Autoencoders (MSAE) — ICML 2025, P22: SAE training losses.
 
 All losses take flattened batches ``[B, d]`` and return a scalar. The reconstruction error of the MSAE
 ICML code is the *per-sample* normalised MSE ``‖x̂ − x‖² / ‖x − mean_input‖²`` averaged over the batch

@@ -1,4 +1,4 @@
-"""Interpreting CLIP with Hierarchical Sparse Autoencoders (MSAE), ICML 2025, P22: the Matryoshka-over-k SAE.
+"""Interpreting CLIP with Hierarchical Sparse Autoencoders (MSAE) — ICML 2025, P22: the Matryoshka-over-k SAE.
 
 MSAE (Zaigrajew, Baniecki, Biecek) trains one TopK SAE at several nested sparsity levels at once: a single
 set of pre-activations is cut with ``TopK_{k_1} ⊂ ... ⊂ TopK_{k_L}`` (the last level usually ``k_L = n``,
@@ -94,6 +94,8 @@ class MatryoshkaKSAE(SparseAutoencoder):
             default ``nesting_list(k0, d_sae)``.
         weighting: ``"UW"`` (uniform), ``"RW"`` (reverse: heavier on small k) or explicit level weights.
         loss_kind: ``"nmse"`` (ICML code, default) or ``"mse"``.
+        init_norm, seed: as in :class:`SparseAutoencoder` (``seed`` gives reproducible initial weights
+            without touching the global random state).
     """
 
     default_lr = 1e-4
@@ -107,8 +109,9 @@ class MatryoshkaKSAE(SparseAutoencoder):
         *,
         loss_kind: str = "nmse",
         init_norm: float = 0.1,
+        seed: int | None = None,
     ) -> None:
-        super().__init__(d_in, d_sae, loss_kind=loss_kind, init_norm=init_norm)
+        super().__init__(d_in, d_sae, loss_kind=loss_kind, init_norm=init_norm, seed=seed)
         self.ks = _resolve_ks(ks, self.d_sae)
         self.weights = level_weights(weighting, len(self.ks))
         self.weighting = weighting if isinstance(weighting, str) else "custom"

@@ -1,4 +1,4 @@
-"""Interpreting CLIP with Hierarchical Sparse Autoencoders (MSAE), ICML 2025, P22: activation preprocessing.
+"""Interpreting CLIP with Hierarchical Sparse Autoencoders (MSAE) — ICML 2025, P22: activation preprocessing.
 
 MSAE (``SAEDataset``) centres the activations on the training mean μ and multiplies them by
 ``√d / mean_i ‖x_i − μ‖²`` — the mean *squared* norm, a quirk of the official code kept here for parity.
@@ -59,8 +59,8 @@ class ActivationNormalizer:
         return self
 
     def _check_fitted(self) -> None:
-        if not hasattr(self, "mean_"):
-            raise RuntimeError("ActivationNormalizer is not fitted: call fit(X) first")
+        if not hasattr(self, "mean_"):  # a ValueError, like scikit-learn's NotFittedError
+            raise ValueError("ActivationNormalizer is not fitted: call fit(...) first")
 
     def transform(self, X: torch.Tensor) -> torch.Tensor:
         """``(X − mean_) · scale_`` for X [..., d]."""

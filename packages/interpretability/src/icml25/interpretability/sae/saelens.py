@@ -1,4 +1,4 @@
-"""Interpreting CLIP with Hierarchical Sparse Autoencoders (MSAE), ICML 2025, P22: SAELens interchange.
+"""Interpreting CLIP with Hierarchical Sparse Autoencoders (MSAE) — ICML 2025, P22: SAELens interchange.
 
 SAELens (v6) stores an SAE as a state dict ``{W_enc [d_in, d_sae], b_enc [d_sae], W_dec [d_sae, d_in],
 b_dec [d_in]}`` (+ ``threshold`` [d_sae] for JumpReLU) and a cfg dict with ``architecture``, ``d_in``,
@@ -12,6 +12,11 @@ Export (:func:`to_saelens`):
 * An :class:`ActivationNormalizer` ``x_n = (x − μ)·s`` is folded into the weights so the exported SAE takes
   raw activations (``normalize_activations="none"``): ``W_enc·s``, ``W_dec/s``, ``b_dec/s + μ`` — exact,
   since then ``(x − b_dec')·W_enc' = (x_n − b_dec)·W_enc``.
+* ``metadata`` names the model (``icml25_model``) and, for an MSAE, its nesting levels ``msae_ks``, its
+  weighting and level weights, so :func:`from_saelens` rebuilds a :class:`MatryoshkaKSAE` with the same
+  levels. It also carries ``sae_lens_version`` (:data:`SAELENS_FORMAT_VERSION`): SAELens' loaders
+  (``handle_config_defaulting``) treat a cfg without a version as pre-6.0 and rebuild ``metadata`` from
+  their own LLM keys only, which would drop ours on ``SAE.load_from_disk``.
 
 Import (:func:`from_saelens`) accepts the v6 layout and the legacy ``activation_fn_str``/``activation_fn_kwargs``
 keys, ``apply_b_dec_to_input=False`` (folded into ``b_enc``), and ``"expected_average_only_in"`` when the
@@ -26,8 +31,11 @@ from typing import Any
 import torch
 
 from icml25.interpretability.sae.base import BatchTopKSAE, ReLUSAE, SparseAutoencoder, TopKSAE
-from icml25.interpretability.sae.matryoshka_k import MatryoshkaKSAE
+from icml25.interpretability.sae.matryoshka_k import WEIGHTINGS, MatryoshkaKSAE
 from icml25.interpretability.sae.preprocessing import ActivationNormalizer
+
+#: The SAELens cfg layout :func:`to_saelens` writes (v6), recorded as ``metadata["sae_lens_version"]``.
+SAELENS_FORMAT_VERSION = "6.0.0"
 
 _DTYPES = {
     "float32": torch.float32,
@@ -72,7 +80,7 @@ def to_saelens(
         "apply_b_dec_to_input": True,
         "normalize_activations": "none",
         "reshape_activations": "none",
-        "metadata": {"icml25_model": type(model).__name__},
+        "metadata": {"sae_lens_version": SAELENS_FORMAT_VERSION, "icml25_model": type(model).__name__},
     }
     if k is None and isinstance(model, TopKSAE):
         k = model.k
@@ -89,7 +97,9 @@ def to_saelens(
     else:
         raise TypeError(f"no SAELens architecture for {type(model).__name__} without k")
     if isinstance(model, MatryoshkaKSAE):
-        cfg["metadata"].update(msae_ks=list(model.ks), msae_weighting=model.weighting)
+        cfg["metadata"].update(
+            msae_ks=list(model.ks), msae_weighting=model.weighting, msae_level_weights=list(model.weights)
+        )
     return state, cfg
 
 
@@ -98,8 +108,10 @@ def from_saelens(
 ) -> SparseAutoencoder:
     """Build a model of this package from a SAELens ``(state_dict, cfg)`` (v6 or legacy keys).
 
-    ``"topk"`` → :class:`TopKSAE`, ``"standard"`` → :class:`ReLUSAE` (MSAE metadata → :class:`MatryoshkaKSAE`),
-    ``"jumprelu"`` with a constant threshold → :class:`BatchTopKSAE` in eval mode.
+    ``"topk"`` → :class:`TopKSAE`, ``"standard"`` → :class:`ReLUSAE` (MSAE metadata → :class:`MatryoshkaKSAE`
+    with the exported levels and weighting), ``"jumprelu"`` with a constant threshold → :class:`BatchTopKSAE`
+    in eval mode. ``cfg`` may be the exported dict, a ``cfg.json`` read back, or ``sae.cfg.to_dict()`` of a
+    SAELens SAE.
     """
     if not isinstance(cfg, dict) or not isinstance(state_dict, dict):
         raise TypeError("state_dict and cfg must be dicts (SAELens layout)")
@@ -144,20 +156,26 @@ def from_saelens(
         # pre = x·W_enc + b_enc = (x − b_dec)·W_enc + (b_enc + b_dec·W_enc)
         b_enc = b_enc + b_dec @ W_enc
     meta = cfg.get("metadata") or {}
+    # Every weight is overwritten below: the fixed seed only keeps construction off the global generator.
     model: SparseAutoencoder
     if arch == "topk":
         if k is None:
             raise ValueError("cfg architecture 'topk' must give k (or activation_fn_kwargs={'k': ...})")
-        model = TopKSAE(d_in, d_sae, int(k))
+        model = TopKSAE(d_in, d_sae, int(k), seed=0)
+    elif arch == "standard" and "msae_ks" in meta:
+        weighting = meta.get("msae_weighting", "UW")
+        if str(weighting).upper() not in WEIGHTINGS:  # "custom": the exported level weights
+            weighting = meta.get("msae_level_weights", "UW")
+        model = MatryoshkaKSAE(d_in, d_sae, list(meta["msae_ks"]), weighting, seed=0)
     elif arch == "standard":
-        model = MatryoshkaKSAE(d_in, d_sae, meta["msae_ks"]) if "msae_ks" in meta else ReLUSAE(d_in, d_sae)
+        model = ReLUSAE(d_in, d_sae, seed=0)
     elif arch == "jumprelu":
         theta = state_dict.get("threshold")
         if theta is None or not bool((theta == theta.flatten()[0]).all()):
             raise ValueError(
                 "only jumprelu SAEs with one shared threshold (exported BatchTopK) are supported"
             )
-        model = BatchTopKSAE(d_in, d_sae, int(k) if k is not None else 1)
+        model = BatchTopKSAE(d_in, d_sae, int(k) if k is not None else 1, seed=0)
         model.threshold.fill_(float(theta.flatten()[0]))
     else:
         raise ValueError(f"cfg architecture must be 'topk', 'standard' or 'jumprelu', got {arch!r}")

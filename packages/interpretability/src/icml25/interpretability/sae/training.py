@@ -1,4 +1,4 @@
-"""Interpreting CLIP with Hierarchical Sparse Autoencoders (MSAE), ICML 2025, P22: the SAE training loop.
+"""Interpreting CLIP with Hierarchical Sparse Autoencoders (MSAE) — ICML 2025, P22: the SAE training loop.
 
 One loop for every model of the zoo, following the official MSAE ``train.py``:
 ``loss.backward()`` → rescale decoder rows to unit norm (compensating in the encoder) → remove the decoder
@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 import torch
-from tqdm.auto import tqdm
 
 from icml25.interpretability.sae.base import SparseAutoencoder
+from icml25.kernels.experiment import progress as progress_bar
+from icml25.kernels.rng import make_generator
 
 
 def _batches(
@@ -48,7 +49,8 @@ def train_sae(
     decay_start: float = 0.8,
     normalize_decoder: bool = True,
     seed: int = 0,
-    progress: bool = True,
+    generator: torch.Generator | None = None,
+    progress: bool | None = None,
     desc: str | None = None,
 ) -> dict[str, list[float]]:
     """Train ``model`` in place on activations and return the per-step logs.
@@ -65,8 +67,10 @@ def train_sae(
         grad_clip: max gradient norm (``None``: no clipping).
         decay_start: fraction of ``steps`` after which the LR decays linearly to 0.
         normalize_decoder: unit-norm decoder rows and projected decoder gradients at every step.
-        seed: seeds the batch order.
-        progress: show a tqdm bar.
+        seed: seeds the batch order (a local generator: the global random state is untouched).
+        generator: a ``torch.Generator`` for the batch order instead of ``seed`` (advanced by the call).
+        progress: show a progress bar (``None``: only in a terminal, not in CI or captured output).
+        desc: the progress bar's label (default: the model's class name).
 
     Returns:
         ``{"loss": [...], "lr": [...], <model log keys>: [...]}``, one entry per step.
@@ -101,6 +105,7 @@ def train_sae(
     lr = model.default_lr if lr is None else float(lr)
     if lr <= 0:
         raise ValueError(f"lr must be positive, got {lr}")
+    gen = make_generator(seed, generator)  # the batch order's own generator (validates seed/generator)
 
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
 
@@ -111,10 +116,11 @@ def train_sae(
         return 1.0 if step < start else max(0.0, (steps - step) / max(1, steps - start))
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule)
-    gen = torch.Generator().manual_seed(seed)
     logs: dict[str, list[float]] = {"loss": [], "lr": []}
     model.train()
-    bar = tqdm(total=steps, disable=not progress, desc=desc or type(model).__name__, leave=False)
+    bar = progress_bar(
+        total=steps, desc=desc or type(model).__name__, disable=None if progress is None else not progress
+    )
     for step, xb in enumerate(_batches(data, batch_size, gen)):
         if steps is not None and step >= steps:
             break

@@ -1,4 +1,4 @@
-"""GAS: graph-assisted stitching for offline hierarchical RL (ICML 2025, P05).
+"""GAS: graph-assisted stitching for offline hierarchical RL — ICML 2025, P05: the method, in four stages.
 
 Offline goal-conditioned RL from short, fragmentary trajectories: a temporal-distance representation (TDR)
 φ, a temporal-efficiency filter and TD-aware clustering turn dataset states into a graph whose shortest

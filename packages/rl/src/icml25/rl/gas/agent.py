@@ -1,4 +1,4 @@
-"""GAS: graph-assisted stitching for offline hierarchical RL (ICML 2025, P05) — the agent (stage 4).
+"""GAS: graph-assisted stitching for offline hierarchical RL — ICML 2025, P05: stage 4, the agent.
 
 :class:`GASAgent` puts the stages together (scikit-learn style: hyper-parameters in ``__init__``, learned
 state in ``*_`` attributes after :meth:`GASAgent.fit`):

@@ -1,4 +1,4 @@
-"""GAS: graph-assisted stitching for offline hierarchical RL (ICML 2025, P05) — stage 2, the key graph.
+"""GAS: graph-assisted stitching for offline hierarchical RL — ICML 2025, P05: stage 2, the key graph.
 
 From TDR embeddings f = φ(s) of the dataset states (all distances below are in TDR units ≈ steps):
 

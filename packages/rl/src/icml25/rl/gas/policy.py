@@ -1,9 +1,9 @@
-"""GAS: graph-assisted stitching for offline hierarchical RL (ICML 2025, P05) — stage 3, the low-level policy.
+"""GAS: graph-assisted stitching for offline hierarchical RL — ICML 2025, P05: stage 3, the low-level policy.
 
 The low-level policy π(a | s, z) is conditioned on a *direction* in TDR space, z = (φ(g) − φ(s)) / ‖·‖, so
 one policy serves every subgoal the planner picks.
 
-Deviation (documented, as in the brief's small-scale setting): the paper trains this actor HILP-style —
+Deviation at our CPU scale (documented in the reproduction): the paper trains this actor HILP-style —
 a critic on the directional reward (φ(s′) − φ(s))·z for random unit z, expectile-0.7 value, and an actor loss
 −Q/|Q| + α·BC. Here the actor is trained by goal-conditioned behaviour cloning alone, with hindsight
 subgoals drawn 1..H steps ahead in the same trajectory. In the small grid mazes the dataset's moves toward a
@@ -21,8 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
+from icml25.kernels.experiment import progress as progress_bar
+from icml25.kernels.rng import isolated_rng
 from icml25.rl.datasets import trajectories, validate_offline_dataset
 from icml25.rl.gas.tdr import FourierFeatures, mlp
 
@@ -33,7 +34,7 @@ class PolicyConfig:
 
     Attributes:
         hidden_dims: MLP widths (paper: (512, 512, 512)).
-        subgoal_steps: hindsight subgoals are 1..subgoal_steps steps ahead (H in the brief).
+        subgoal_steps: hindsight subgoals are 1..subgoal_steps steps ahead (the paper's subgoal step H).
         steps, batch_size, lr: Adam training schedule.
         fourier_features: sin/cos octaves on the observation input (see ``TDRConfig.fourier_features``).
     """
@@ -109,7 +110,7 @@ def train_policy(
     cfg: PolicyConfig | None = None,
     *,
     seed: int = 0,
-    progress: bool = False,
+    progress: bool | None = False,
 ) -> DirectionalPolicy:
     """Directional BC: for a transition (s, a) and a hindsight subgoal g ≤ ``subgoal_steps`` ahead in the
     same trajectory, maximise log π(a | s, normalise(φ(g) − φ(s))).
@@ -117,13 +118,28 @@ def train_policy(
     Args:
         dataset: offline dataset (see :mod:`icml25.rl.datasets`).
         phi: ``(N, tdr_dim)`` TDR embeddings of ``dataset["observations"]``.
+        cfg: hyper-parameters (default :class:`PolicyConfig`).
+        seed: seeds the initial weights and the batch/subgoal sampling. The same seed gives the same
+            policy; the caller's global random state (torch, NumPy, ``random``) is left untouched.
+        progress: show a progress bar over the gradient steps (``None``: only in a terminal, not in CI).
     """
     cfg = cfg or PolicyConfig()
     data = validate_offline_dataset(dataset)
-    phi = np.asarray(phi, dtype=np.float32)
+    phi_in = np.asarray(phi)
+    if phi_in.dtype == bool or not np.issubdtype(phi_in.dtype, np.number) or np.iscomplexobj(phi_in):
+        raise TypeError(f"phi must be a real numeric array (N, tdr_dim), got dtype {phi_in.dtype}")
     n = len(data["observations"])
-    if phi.ndim != 2 or len(phi) != n:
-        raise ValueError(f"phi must have shape ({n}, tdr_dim) (one row per observation), got {phi.shape}")
+    if phi_in.ndim != 2 or len(phi_in) != n or phi_in.shape[1] == 0:
+        raise ValueError(
+            f"phi must have shape ({n}, tdr_dim >= 1) (one row per observation), got {phi_in.shape}"
+        )
+    with np.errstate(over="ignore"):  # values beyond float32's range become Inf and are reported below
+        phi = phi_in.astype(np.float32)
+    if not np.all(np.isfinite(phi)):
+        raise ValueError(
+            f"phi must be finite in float32 (|phi| < 3.4e38); got {int(np.isnan(phi).sum())} NaN and "
+            f"{int(np.isinf(phi).sum())} Inf values in an array of shape {phi.shape}"
+        )
     traj = trajectories(data)
     rows = np.flatnonzero(traj.valid)
     # The subgoal is an observation row after idx, so the trajectory's last row can't be a source here.
@@ -134,21 +150,25 @@ def train_policy(
     discrete = actions.ndim == 1
     if discrete and not np.issubdtype(actions.dtype, np.integer):
         raise TypeError(f"1-D actions must be integer ids (discrete), got dtype {actions.dtype}")
+    # The initial weights come from torch's generator: a fork seeded with `seed`, restored on exit. The
+    # training loop draws only from `rng` (batches and subgoals), so the caller's random state is untouched.
+    with isolated_rng(seed):
+        policy = DirectionalPolicy(
+            data["observations"].shape[1],
+            phi.shape[1],
+            n_actions=int(actions.max()) + 1 if discrete else None,
+            action_dim=None if discrete else actions.shape[1],
+            hidden_dims=cfg.hidden_dims,
+            fourier_features=cfg.fourier_features,
+        )
     rng = np.random.default_rng(seed)
-    torch.manual_seed(seed)
-    policy = DirectionalPolicy(
-        data["observations"].shape[1],
-        phi.shape[1],
-        n_actions=int(actions.max()) + 1 if discrete else None,
-        action_dim=None if discrete else actions.shape[1],
-        hidden_dims=cfg.hidden_dims,
-        fourier_features=cfg.fourier_features,
-    )
     obs_t = torch.as_tensor(data["observations"], dtype=torch.float32)
     phi_t = torch.from_numpy(phi)
     act_t = torch.as_tensor(actions, dtype=torch.int64 if discrete else torch.float32)
     opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
-    for _ in tqdm(range(cfg.steps), desc="policy", disable=not progress, leave=False):
+    for _ in progress_bar(
+        range(cfg.steps), desc="policy", disable=None if progress is None else not progress
+    ):
         idx = rows[rng.integers(0, len(rows), size=cfg.batch_size)]
         goal = np.minimum(idx + rng.integers(1, cfg.subgoal_steps + 1, size=len(idx)), traj.traj_end[idx])
         z = unit_direction(phi_t[goal], phi_t[idx])

@@ -1,4 +1,4 @@
-"""GAS: graph-assisted stitching for offline hierarchical RL (ICML 2025, P05) — stage 1, the TDR.
+"""GAS: graph-assisted stitching for offline hierarchical RL — ICML 2025, P05: stage 1, the TDR.
 
 The Temporal Distance Representation φ embeds states so that ‖φ(s) − φ(g)‖ approximates the number of steps
 from s to g. It is learned as the goal-conditioned value V(s, g) = −‖φ(s) − φ(g)‖ of the reward "−1 per step
@@ -21,8 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
+from icml25.kernels.experiment import progress as progress_bar
+from icml25.kernels.rng import isolated_rng
 from icml25.rl.datasets import trajectories, validate_offline_dataset
 
 
@@ -265,9 +266,16 @@ def train_tdr(
     cfg: TDRConfig | None = None,
     *,
     seed: int = 0,
-    progress: bool = False,
+    progress: bool | None = False,
 ) -> TDR:
     """Train a TDR on an offline dataset (see :mod:`icml25.rl.datasets` for the layout).
+
+    Args:
+        dataset: offline dataset (validated by :func:`icml25.rl.datasets.validate_offline_dataset`).
+        cfg: hyper-parameters (default :class:`TDRConfig`).
+        seed: seeds the initial weights and the batch/goal sampling. The same seed gives the same TDR;
+            the caller's global random state (torch, NumPy, ``random``) is left untouched.
+        progress: show a progress bar over the gradient steps (``None``: only in a terminal, not in CI).
 
     Returns:
         the trained :class:`TDR` in eval mode (use ``tdr.encode(observations)`` for φ).
@@ -278,16 +286,22 @@ def train_tdr(
     valid_rows = np.flatnonzero(traj.valid)
     if len(valid_rows) == 0:
         raise ValueError("dataset must contain at least one transition (a trajectory with a successor state)")
-    rng = np.random.default_rng(seed)
-    torch.manual_seed(seed)
     obs_all = torch.as_tensor(data["observations"], dtype=torch.float32)
     next_all = torch.as_tensor(traj.next_observations, dtype=torch.float32)
-    tdr = TDR(
-        obs_all.shape[1], cfg.tdr_dim, cfg.hidden_dims, cfg.layer_norm, fourier_features=cfg.fourier_features
-    )
+    # The initial weights come from torch's generator: a fork seeded with `seed`, restored on exit. The
+    # training loop draws only from `rng` (batches and goals), so the caller's random state is untouched.
+    with isolated_rng(seed):
+        tdr = TDR(
+            obs_all.shape[1],
+            cfg.tdr_dim,
+            cfg.hidden_dims,
+            cfg.layer_norm,
+            fourier_features=cfg.fourier_features,
+        )
+    rng = np.random.default_rng(seed)
     target = copy.deepcopy(tdr).requires_grad_(False)
     opt = torch.optim.Adam(tdr.parameters(), lr=cfg.lr)
-    for _ in tqdm(range(cfg.steps), desc="TDR", disable=not progress, leave=False):
+    for _ in progress_bar(range(cfg.steps), desc="TDR", disable=None if progress is None else not progress):
         idx = valid_rows[rng.integers(0, len(valid_rows), size=cfg.batch_size)]
         goal_idx = sample_tdr_goals(rng, idx, traj.traj_end, len(obs_all), cfg)
         obs, nxt, goals = obs_all[idx], next_all[idx], obs_all[goal_idx]
