@@ -1,12 +1,13 @@
 """Hostile-input contract of icml25.llm_efficiency (CONTRIBUTING.md, "Bad input contract").
 
-P01 SpargeAttn and P36 AQUA-KV: every public callable is registered with a valid example call;
+P01 SpargeAttn, P03 RAPID and P36 AQUA-KV: every public callable is registered with a valid example call;
 :mod:`icml25.kernels.testing` derives the hostile variants and asserts a clear error or a documented,
 finite result.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -20,6 +21,13 @@ _KV = torch.randn(4, 64, generator=_g)
 CONST_OK = "constant inputs are valid: the result is finite"
 ATTN_OK = {"constant": CONST_OK, "huge": "INT8 Q/K quantization is scale-invariant; the output is finite"}
 QUANT_OK = {"constant": CONST_OK, "empty": "no tokens or no channels: an empty result"}
+_Z, _ZQ = torch.randn(3, 16, generator=_g), torch.randn(3, 16, generator=_g)
+LOGITS_OK = {
+    "constant": "constant logits are a uniform distribution: valid",
+    "huge": "softmax of huge logits is one-hot; the correction is bounded by eta, so the result is finite",
+}
+NEGINF_LOGIT = "a single -Inf logit is a masked token (e.g. after top-k): valid"
+IDS = torch.randint(0, 16, (20,), generator=_g)
 
 SPECS = [
     HostileSpec(
@@ -95,8 +103,82 @@ SPECS = [
     HostileSpec(
         "make_gaussian_grid", le.make_gaussian_grid, {"d": 2, "n": 16, "n_samples": 500, "iters": 2}, ()
     ),
+    HostileSpec(
+        "augmented_target",
+        le.augmented_target,
+        {"p_logits": _Z, "q_logits": _ZQ, "eta": 4.0, "alpha": 0.1},
+        ("p_logits", "q_logits", "eta", "alpha"),
+        {
+            **LOGITS_OK,
+            "neginf": kt.Allow(NEGINF_LOGIT + "; it stays -Inf in the result (documented)", False),
+            "p_logits:empty:0": "no positions: an empty result",
+        },
+    ),
+    HostileSpec(
+        "rapid_verify",
+        le.rapid_verify,
+        {
+            "draft_tokens": torch.tensor([3, 7]),
+            "q_logits": _ZQ[:2],
+            "p_logits": _Z,
+            "eta": 4.0,
+            "alpha": 0.1,
+            "generator": torch.Generator().manual_seed(0),
+        },
+        ("draft_tokens", "q_logits", "p_logits", "eta", "alpha"),
+        {**LOGITS_OK, "neginf": NEGINF_LOGIT, "draft_tokens:constant": "a repeated draft token is valid"},
+    ),
+    HostileSpec(
+        "RapidGenerator.generate",
+        lambda long_ids, rag_ids: le.RapidGenerator(le.InductionLM(16), gamma=2).generate(
+            long_ids, rag_ids, 4, seed=0, eos_token_id=[]
+        ),
+        {"long_ids": IDS, "rag_ids": IDS[-5:]},
+        ("long_ids", "rag_ids"),
+        {"constant": "a prompt repeating one token is valid"},
+        covers=("RapidGenerator", "RapidOutput"),
+    ),
+    HostileSpec(
+        "RapidGenerator",
+        lambda eta, alpha: le.RapidGenerator(le.InductionLM(16), eta=eta, alpha=alpha),
+        {"eta": 10.0, "alpha": 0.1},
+        ("eta", "alpha"),
+    ),
+    HostileSpec(
+        "InductionLM",
+        lambda input_ids, tau, smoothing: le.InductionLM(16, tau=tau, smoothing=smoothing)(input_ids).logits,
+        {"input_ids": IDS[None], "tau": 10.0, "smoothing": 0.01},
+        ("input_ids", "tau", "smoothing"),
+        {"input_ids:constant": "a sequence repeating one token is valid"},
+    ),
+    HostileSpec(
+        "select_chunks",
+        le.select_chunks,
+        {"scores": np.array([0.1, 0.9, 0.2, 0.8, 0.5]), "k": 2, "threshold": 0.3},
+        ("scores", "threshold"),
+        {
+            "constant": "equal scores: the earliest chunks win the ties",
+            "huge": "only the order of the scores matters",
+            "threshold:posinf": "no chunk passes: the best one is kept (official fallback)",
+            "threshold:neginf": "every chunk passes: the top k are kept",
+        },
+    ),
+    HostileSpec(
+        "tfidf_scores", le.tfidf_scores, {"documents": [["a", "b"], ["b", "c"]], "query": ["b", "c"]}, ()
+    ),
+    HostileSpec("bm25_scores", le.bm25_scores, {"documents": [[1, 2], [2, 3]], "query": [2, 3]}, ()),
+    HostileSpec(
+        "chunk_text", le.chunk_text, {"text": "One. Two three.\n\nFour five six.", "max_tokens": 3}, ()
+    ),
+    HostileSpec(
+        "retrieve",
+        le.retrieve,
+        {"chunks": ["a key", "b", "key c"], "query": "key", "k": 1, "scorer": "tfidf"},
+        (),
+    ),
 ]
 EXCLUDED = {
+    "Chunk": "a result container (text, start offset)",
     "AquaPredictors": "a container of nn.Linear predictors built by calibrate_predictors; checks its config",
     "CalibrationReport": "a result container",
     "SpargeStats": "a result container",
