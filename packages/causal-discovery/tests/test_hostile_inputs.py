@@ -1,8 +1,8 @@
 """Hostile-input contract of icml25.causal_discovery (CONTRIBUTING.md, "Bad input contract").
 
-P07 MAG listing, P54 ARROW and P48 best subset selection: every public callable is registered with a
+P07 MAG listing, P54 ARROW, P48 best subset selection and P08 fair coresets: every public callable is registered with a
 valid example call; :mod:`icml25.kernels.testing` derives the hostile variants and asserts a clear error or a documented,
-finite result; ARROW and OptimalPursuitRegressor keep their fitted state after a rejected ``fit``.
+finite result; ARROW, OptimalPursuitRegressor and FairCoreset keep their fitted state after a rejected ``fit``.
 """
 
 from __future__ import annotations
@@ -51,6 +51,28 @@ def _fitted_opr_predict():
 def _fitted_arrow():
     model = cd.ARROW(base="granger", lag_max=4, theta=0.0).fit(_X)
     return model.fit, {"X": _X}, model
+
+
+_FX = _rng.normal(size=(60, 2)) + np.repeat([[0.0, 0.0], [6.0, 0.0], [0.0, 6.0]], 20, axis=0)
+_FG = np.tile([0, 1, 1], 20)
+_FD = np.linalg.norm(_FX[:, None] - _FX[None, :3], axis=2)
+FC_SCALE = "distances are scale-free: any finite magnitude below the documented 1e150 is valid"
+FC_STR = "documented: group labels may be strings (any int or str labels)"
+FC_CONSTANT = "documented: coincident points (all distances 0) are valid data; every centre costs 0"
+
+
+def _fc_oracles():
+    return cd.StrongOracle.from_points(_FX), cd.WeakOracle.from_points(_FX, 0.2, seed=0)
+
+
+def _fitted_fair_coreset():
+    model = cd.FairCoreset(k=3, eps=0.3, seed=0).fit(np.arange(60), _FG, strong=_fc_oracles()[0],
+                                                     weak=_fc_oracles()[1])  # fmt: skip
+
+    def fit(indices, groups):
+        return model.fit(indices, groups, strong=_fc_oracles()[0], weak=_fc_oracles()[1])
+
+    return fit, {"indices": np.arange(60), "groups": _FG}, model
 
 
 SPECS = [
@@ -208,6 +230,80 @@ SPECS = [
             "X:huge": BS_SCALE,
             "constant": "every subset of identical columns (or a constant y) is a valid optimum",
             "y:extra_dim": BS_COLUMN_Y,
+        },
+    ),
+    HostileSpec(
+        "StrongOracle.from_points",
+        lambda X: cd.StrongOracle.from_points(X).query([0, 1], [2, 3]),
+        {"X": _FX},
+        ("X",),
+        covers=("StrongOracle",),
+        allow={"constant": FC_CONSTANT, "huge": FC_SCALE},
+    ),
+    HostileSpec(
+        "WeakOracle.from_points",
+        lambda X, delta: cd.WeakOracle.from_points(X, delta, seed=0).query([0, 1], [2, 3]),
+        {"X": _FX, "delta": 0.2},
+        ("X", "delta"),
+        covers=("WeakOracle",),
+        allow={"constant": FC_CONSTANT, "huge": FC_SCALE},
+    ),
+    HostileSpec(
+        "robust_distance",
+        lambda x, ball: cd.robust_distance(x, ball, _fc_oracles()[1]),
+        {"x": np.arange(10), "ball": np.array([0, 1, 2])},
+        ("x", "ball"),
+        allow={
+            "constant": "repeated ids are valid queries (cached answers)",
+            "x:empty:0": "documented: no query points give an empty array of estimates",
+            "x:missing_dim": "documented: one id gives one float estimate",
+        },
+    ),
+    HostileSpec(
+        "build_fair_coreset",
+        lambda indices, groups, eps: cd.build_fair_coreset(indices, groups, 3, eps, *_fc_oracles(), seed=0),
+        {"indices": np.arange(60), "groups": _FG, "eps": 0.3},
+        ("indices", "groups", "eps"),
+        covers=("build_fair_coreset", "Coreset", "MetricWarning"),
+        allow={"groups:constant": "one group: fairness is vacuous, a valid instance", "groups:dtype": FC_STR},
+    ),
+    HostileSpec(
+        "FairCoreset.fit",
+        setup=_fitted_fair_coreset,
+        arrays=("indices", "groups"),
+        covers=("FairCoreset",),
+        allow={"groups:constant": "one group: fairness is vacuous, a valid instance", "groups:dtype": FC_STR},
+    ),
+    HostileSpec(
+        "uniform_coreset",
+        lambda indices, groups: cd.uniform_coreset(indices, groups, 10, seed=0),
+        {"indices": np.arange(60), "groups": _FG},
+        ("indices", "groups"),
+        allow={"groups:constant": "one group is a valid labelling", "groups:dtype": FC_STR},
+    ),
+    HostileSpec(
+        "fair_cost",
+        lambda distances, weights, groups: cd.fair_cost(
+            distances, weights, groups, cd.proportional_bounds(_FG, 0.1)
+        ),
+        {"distances": _FD, "weights": np.ones(60), "groups": _FG},
+        ("distances", "weights", "groups"),
+        allow={
+            "distances:constant": "equal distances to every centre: every fair assignment costs the same",
+            "weights:constant": "unit weights are the full data's",
+            "groups:dtype": FC_STR,
+            "weights:huge": "costs scale linearly with the weights (below the documented 1e150)",
+        },
+    ),
+    HostileSpec(
+        "proportional_bounds",
+        lambda groups, weights: cd.proportional_bounds(groups, 0.1, weights=weights),
+        {"groups": _FG, "weights": np.ones(60)},
+        ("groups", "weights"),
+        allow={
+            "constant": "one group (or equal weights) has well-defined shares",
+            "groups:dtype": FC_STR,
+            "weights:huge": "shares are scale-free in the weights",
         },
     ),
 ]
