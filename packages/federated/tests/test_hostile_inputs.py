@@ -143,7 +143,19 @@ SPECS = [
         {"n_samples": 30},
         (),
     ),
-    HostileSpec("make_mlp", fd.make_mlp, {"n_in": 4, "hidden": 8, "n_out": 2}, ()),
+    HostileSpec("make_mlp", fd.make_mlp, {"n_in": 4, "hidden": 8, "n_out": 2, "seed": 0}, ()),
+    HostileSpec(
+        "per_sample_clipped_sum",
+        lambda x, y: fd.per_sample_clipped_sum(
+            fd.make_mlp(4, 8, 3, seed=0), torch.nn.functional.cross_entropy, x, y, 1.0
+        ),
+        {"x": torch.randn(6, 4, generator=_g), "y": torch.tensor([0, 1, 2, 0, 1, 2])},
+        ("x", "y"),
+        allow={
+            "x:constant": "identical samples are a valid batch: finite clipped gradients",
+            "y:constant": "one class only is a valid batch",
+        },
+    ),
 ]
 EXCLUDED = {
     "DPFedAvgServer": "a simulation driver over FederatedData (validated by FederatedData and its configs)",
@@ -155,6 +167,7 @@ EXCLUDED = {
     "LocalTrainConfig": "a plain config dataclass (ints/floats consumed by the server)",
     "load_federated_digits": "no array input (sklearn's bundled digits); its arguments go to load_federated_arrays",
     "load_federated_npz": "reads a path, then calls load_federated_arrays (registered)",
+    "load_federated_fashion_mnist": "no array input: reads the verified Fashion-MNIST files (icml25.kernels)",
     "privatize_update": "clip_update (registered) + Gaussian noise on a validated DPConfig",
     "upload_noise_std": "arithmetic on a validated DPConfig and LocalTrainConfig",
 }

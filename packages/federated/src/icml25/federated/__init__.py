@@ -13,9 +13,17 @@ from icml25.federated.data import (
     iid_split,
     load_federated_arrays,
     load_federated_digits,
+    load_federated_fashion_mnist,
     load_federated_npz,
 )
-from icml25.federated.dp import DPConfig, FederatedPrivacyLedger, RDPAccountant, clip_update, privatize_update
+from icml25.federated.dp import (
+    DPConfig,
+    FederatedPrivacyLedger,
+    RDPAccountant,
+    clip_update,
+    per_sample_clipped_sum,
+    privatize_update,
+)
 from icml25.federated.fedceo import (
     FedAvgAggregator,
     FedCEOAggregator,
@@ -32,9 +40,16 @@ from icml25.federated.training import LocalTrainConfig, make_mlp, upload_noise_s
 
 __version__ = _distribution_version("icml25-federated")
 
-# Flower classes (extra `[flower]`) are resolved lazily so that `import icml25.federated` never imports flwr;
-# they are left out of __all__ so that `from icml25.federated import *` works without the extra.
-_FLOWER = ("FedCEOStrategy", "DPFedAvgStrategy", "FedCEONumPyClient", "run_flower_simulation")
+# The Flower integration (extra `[flower]`) is one lazy hop away, so that `import icml25.federated` never
+# imports flwr; its names are left out of __all__ so that `from icml25.federated import *` works without it.
+_FLOWER = (
+    "AggregatorStrategy",
+    "DPFedAvgStrategy",
+    "FedCEOStrategy",
+    "make_client_app",
+    "make_server_app",
+    "run_flower_simulation",
+)
 
 
 def __getattr__(name: str) -> Any:
@@ -66,10 +81,12 @@ __all__ = [  # noqa: RUF022 (grouped by paper)
     "iid_split",
     "load_federated_arrays",
     "load_federated_digits",
+    "load_federated_fashion_mnist",
     "load_federated_npz",
     "make_mlp",
     "matricize",
     "noise_threshold",
+    "per_sample_clipped_sum",
     "privatize_update",
     "svt",
     "tau_schedule",

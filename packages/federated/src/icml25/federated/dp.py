@@ -1,8 +1,8 @@
-"""Differential privacy for federated learning: clipping, Gaussian noise and an RDP accountant.
+"""FedCEO (Clients Collaborate) — ICML 2025, P50: differential privacy for the clients (clipping, noise, RDP).
 
-Part of the FedCEO implementation (Clients Collaborate: Flexible Differentially Private Federated
-Learning with Guaranteed Improvement of Utility-Privacy Trade-off, ICML 2025, P50), reusable by any
-federated method in this package.
+Part of the FedCEO implementation (Li et al., "Clients Collaborate: Flexible Differentially Private Federated
+Learning with Guaranteed Improvement of Utility-Privacy Trade-off"), reusable by any federated method in
+this package.
 
 Two mechanisms (``DPConfig.mode``):
 
@@ -35,6 +35,7 @@ __all__ = [
     "add_gaussian_noise",
     "clip_update",
     "dp_sgd_gradients",
+    "per_sample_clipped_sum",
     "privatize_update",
     "rdp_subsampled_gaussian",
     "rdp_to_epsilon",
@@ -153,28 +154,92 @@ def privatize_update(
 # --------------------------------------------------------------------------------------------------
 
 
-def dp_sgd_gradients(
+_ELEMENTWISE = (
+    nn.ReLU,
+    nn.LeakyReLU,
+    nn.ELU,
+    nn.GELU,
+    nn.SiLU,
+    nn.Tanh,
+    nn.Sigmoid,
+    nn.Dropout,
+    nn.Identity,
+    nn.Flatten,
+)
+_METHODS = ("auto", "linear", "vmap")
+
+
+def _linear_stack(model: nn.Module) -> list[nn.Linear] | None:
+    """The ``nn.Linear`` layers of an ``nn.Sequential`` made only of Linear layers and per-sample
+    (elementwise or flattening) modules, else ``None``: there, per-sample gradients have a closed form."""
+    if not isinstance(model, nn.Sequential):
+        return None
+    linears = []
+    for mod in model:
+        if isinstance(mod, nn.Linear):
+            linears.append(mod)
+        elif not isinstance(mod, _ELEMENTWISE) or any(True for _ in mod.parameters()):
+            return None
+    return linears or None
+
+
+def _clipped_sum_linear(
     model: nn.Module,
+    linears: list[nn.Linear],
     loss_fn: Callable[[Tensor, Tensor], Tensor],
     x: Tensor,
     y: Tensor,
-    config: DPConfig,
-    generator: torch.Generator,
-) -> dict[str, Tensor]:
-    """Privatised mini-batch gradient: mean of per-sample gradients clipped to C, plus N(0, σ²C²)/B.
+    clip: float,
+) -> tuple[dict[str, Tensor], Tensor, float] | None:
+    """Closed-form per-sample clipping for a stack of Linear layers (``None`` if an input is not 2-D).
 
-    Per-sample gradients come from ``torch.func.vmap(grad(...))`` over the batch.
-
-    Args:
-        model: the module; its parameters are read, not modified.
-        loss_fn: ``loss_fn(logits [B, K], y [B]) -> scalar`` (mean or sum over a batch of one).
-        x: ``[B, ...]`` inputs; y: ``[B]`` targets.
-        config: clip and noise multiplier.
-        generator: noise source.
-
-    Returns:
-        ``{param name: gradient}`` for every trainable parameter.
+    The per-sample gradient of ``W`` is ``δ_i a_iᵀ`` (δ: gradient of sample i's loss with respect to the
+    layer's output, a: its input), so ``‖g_i‖² = Σ_layers ‖δ_i‖²‖a_i‖² (+ ‖δ_i‖² for a bias)`` and the
+    clipped sum is ``Σ_i c_i δ_i a_iᵀ = (c ⊙ δ)ᵀ a``: two matrix products per layer, no per-sample tensor.
     """
+    inputs: dict[int, Tensor] = {}
+    outputs: dict[int, Tensor] = {}
+
+    def hook(mod: nn.Module, inp: tuple[Tensor, ...], out: Tensor) -> None:
+        inputs[id(mod)], outputs[id(mod)] = inp[0], out
+
+    handles = [m.register_forward_hook(hook) for m in linears]
+    try:
+        with torch.enable_grad():
+            logits = model(x)
+            loss = loss_fn(logits, y)
+            if any(inputs[id(m)].ndim != 2 for m in linears):
+                return None
+            b = x.shape[0]
+            # losses average over the batch: b * loss is the sum of the per-sample losses, and sample i's
+            # loss depends on sample i only, so d(sum)/d(out_i) is sample i's own δ_i.
+            deltas = torch.autograd.grad(loss * b, [outputs[id(m)] for m in linears])
+    finally:
+        for h in handles:
+            h.remove()
+    sq = torch.zeros(x.shape[0], dtype=logits.dtype)
+    for m, d in zip(linears, deltas):
+        d2 = d.pow(2).sum(1)
+        sq = sq + d2 * inputs[id(m)].pow(2).sum(1)
+        if m.bias is not None:
+            sq = sq + d2
+    norms = sq.sqrt()
+    factor = torch.clamp(clip / (norms + 1e-6), max=1.0)  # Opacus's clip factor
+    names = {id(p): k for k, p in model.named_parameters()}
+    sums: dict[str, Tensor] = {}
+    for m, d in zip(linears, deltas):
+        scaled = d * factor[:, None]
+        sums[names[id(m.weight)]] = (scaled.T @ inputs[id(m)]).detach()
+        if m.bias is not None:
+            sums[names[id(m.bias)]] = scaled.sum(0).detach()
+    order = [k for k, p in model.named_parameters() if p.requires_grad]
+    return {k: sums[k] for k in order}, norms.detach(), float(loss.detach())
+
+
+def _clipped_sum_vmap(
+    model: nn.Module, loss_fn: Callable[[Tensor, Tensor], Tensor], x: Tensor, y: Tensor, clip: float
+) -> tuple[dict[str, Tensor], Tensor, float]:
+    """Per-sample gradients from ``torch.func.vmap(grad(...))``, clipped and summed (any model)."""
     from torch.func import functional_call, grad, vmap
 
     params = {k: v.detach() for k, v in model.named_parameters() if v.requires_grad}
@@ -184,17 +249,160 @@ def dp_sgd_gradients(
         out = functional_call(model, (p, buffers), (xi.unsqueeze(0),))
         return loss_fn(out, yi.unsqueeze(0))
 
-    per_sample = vmap(grad(sample_loss), in_dims=(None, 0, 0))(params, x, y)  # {name: [B, *shape]}
+    per_sample = vmap(grad(sample_loss), in_dims=(None, 0, 0), randomness="different")(params, x, y)
     b = x.shape[0]
     norms = torch.sqrt(sum(g.reshape(b, -1).pow(2).sum(1) for g in per_sample.values()))  # [B]
-    factor = torch.clamp(config.clip / (norms + 1e-12), max=1.0)  # [B]
+    factor = torch.clamp(clip / (norms + 1e-6), max=1.0)
+    sums = {k: (g * factor.view(b, *([1] * (g.ndim - 1)))).sum(0) for k, g in per_sample.items()}
+    with torch.no_grad():
+        loss = float(loss_fn(model(x), y))
+    return sums, norms, loss
+
+
+def per_sample_clipped_sum(
+    model: nn.Module,
+    loss_fn: Callable[[Tensor, Tensor], Tensor],
+    x: Tensor,
+    y: Tensor,
+    clip: float,
+    *,
+    method: str = "auto",
+) -> tuple[dict[str, Tensor], Tensor]:
+    """``Σ_i clip_C(∇ℓ_i)`` over a batch, and the per-sample gradient norms ``‖∇ℓ_i‖`` (before clipping).
+
+    Each per-sample gradient (over all trainable parameters jointly) is scaled by
+    ``min(1, C / (‖∇ℓ_i‖ + 1e-6))`` (Opacus's factor) and the scaled gradients are summed.
+
+    Args:
+        model: the module; its parameters are read, not modified.
+        loss_fn: ``loss_fn(logits [B, K], y [B]) -> scalar``, the **mean** over the batch of per-sample
+            losses (the default reduction of torch's losses); no sample may influence another's loss.
+        x: ``[B, ...]`` inputs; y: ``[B]`` targets (B >= 1).
+        clip: C > 0.
+        method: ``"vmap"`` (``torch.func.vmap(grad(...))``: per-sample gradients materialised, any model),
+            ``"linear"`` (closed form for an ``nn.Sequential`` of ``nn.Linear`` layers and elementwise
+            modules: ``δ_i a_iᵀ``, no per-sample tensors, about as fast as plain backpropagation), or
+            ``"auto"`` (``"linear"`` when the model qualifies, else ``"vmap"``). Both give the same result.
+
+    Returns:
+        ``({param name: clipped sum}, norms [B])`` for every trainable parameter.
+    """
+    if method not in _METHODS:
+        raise ValueError(f"method must be one of {_METHODS}, got {method!r}")
+    if not isinstance(clip, (int, float)) or isinstance(clip, bool) or not (clip > 0 and math.isfinite(clip)):
+        raise ValueError(f"clip must be a finite number > 0, got {clip!r}")
+    if not isinstance(x, Tensor) or not x.is_floating_point():
+        raise TypeError(
+            f"x must be a floating-point tensor [B, ...], got {getattr(x, 'dtype', type(x).__name__)}"
+        )
+    if not isinstance(y, Tensor) or y.is_floating_point() or y.is_complex():
+        raise TypeError(
+            f"y must be an integer tensor of class ids [B], got {getattr(y, 'dtype', type(y).__name__)}"
+        )
+    if x.ndim < 2 or x.numel() == 0 or tuple(y.shape) != (x.shape[0],):
+        raise ValueError(
+            f"x must be a non-empty [B, ...] batch and y [B] (B >= 1), got {tuple(x.shape)} and {tuple(y.shape)}"
+        )
+    if not bool(torch.isfinite(x).all()):
+        raise ValueError(
+            f"x must be finite; got {int(torch.isnan(x).sum())} NaN and {int(torch.isinf(x).sum())} Inf values "
+            f"in a tensor of shape {tuple(x.shape)}"
+        )
+    try:
+        sums, norms, _ = _clipped_sum(model, loss_fn, x, y, float(clip), method)
+    except (RuntimeError, IndexError) as err:
+        raise ValueError(
+            f"x of shape {tuple(x.shape)} and y of shape {tuple(y.shape)} do not fit the model: {err}"
+        ) from None
+    if not bool(torch.isfinite(norms).all()):
+        raise ValueError(
+            "the per-sample gradients are not finite (inputs too large for the model?): "
+            f"max |x| = {float(x.abs().max()):.3g}"
+        )
+    return sums, norms
+
+
+def _clipped_sum(
+    model: nn.Module,
+    loss_fn: Callable[[Tensor, Tensor], Tensor],
+    x: Tensor,
+    y: Tensor,
+    clip: float,
+    method: str,
+) -> tuple[dict[str, Tensor], Tensor, float]:
+    linears = _linear_stack(model) if method != "vmap" else None
+    if method == "linear" and linears is None:
+        raise ValueError(
+            "method='linear' needs an nn.Sequential of nn.Linear layers and elementwise modules, got "
+            f"{type(model).__name__}; use method='vmap'"
+        )
+    if linears is not None:
+        out = _clipped_sum_linear(model, linears, loss_fn, x, y, clip)
+        if out is not None:
+            return out
+        if method == "linear":
+            raise ValueError("method='linear' needs 2-D inputs to every nn.Linear layer; use method='vmap'")
+    return _clipped_sum_vmap(model, loss_fn, x, y, clip)
+
+
+def dp_sgd_gradients(
+    model: nn.Module,
+    loss_fn: Callable[[Tensor, Tensor], Tensor],
+    x: Tensor,
+    y: Tensor,
+    config: DPConfig,
+    generator: torch.Generator,
+    *,
+    expected_batch_size: float | None = None,
+    method: str = "auto",
+) -> dict[str, Tensor]:
+    """Privatised mini-batch gradient ``(Σ_i clip_C(∇ℓ_i) + N(0, σ²C²I)) / B`` (DP-SGD).
+
+    ``B`` is the batch size, or ``expected_batch_size`` under Poisson sampling (``q·n``, as Opacus divides
+    by it); an empty Poisson batch yields noise only. The per-sample clipping is
+    :func:`per_sample_clipped_sum` (``method`` as there).
+
+    Args:
+        model: the module; its parameters are read, not modified.
+        loss_fn: ``loss_fn(logits [B, K], y [B]) -> scalar``, the mean over the batch.
+        x: ``[B, ...]`` inputs; y: ``[B]`` targets.
+        config: clip and noise multiplier.
+        generator: noise source.
+        expected_batch_size: the divisor under Poisson sampling (default: ``B``).
+        method: per-sample gradient method.
+
+    Returns:
+        ``{param name: gradient}`` for every trainable parameter.
+    """
+    return _dp_sgd_step(model, loss_fn, x, y, config, generator, expected_batch_size, method)[0]
+
+
+def _dp_sgd_step(
+    model: nn.Module,
+    loss_fn: Callable[[Tensor, Tensor], Tensor],
+    x: Tensor,
+    y: Tensor,
+    config: DPConfig,
+    generator: torch.Generator,
+    expected_batch_size: float | None,
+    method: str,
+) -> tuple[dict[str, Tensor], float]:
+    """:func:`dp_sgd_gradients` and the batch's mean loss (nan for an empty batch)."""
+    b = x.shape[0]
+    denom = float(expected_batch_size) if expected_batch_size is not None else float(b)
+    if not denom > 0:
+        raise ValueError(f"expected_batch_size must be > 0 (or the batch non-empty), got {denom!r}")
+    if b > 0:
+        sums, _, loss = _clipped_sum(model, loss_fn, x, y, config.clip, method)
+    else:
+        sums = {k: torch.zeros_like(p) for k, p in model.named_parameters() if p.requires_grad}
+        loss = math.nan
     std = config.noise_multiplier * config.clip
     out = {}
-    for k, g in per_sample.items():
-        summed = (g * factor.view(b, *([1] * (g.ndim - 1)))).sum(0)
+    for k, summed in sums.items():
         noise = torch.randn(summed.shape, generator=generator, dtype=summed.dtype) * std
-        out[k] = (summed + noise) / b
-    return out
+        out[k] = (summed + noise) / denom
+    return out, loss
 
 
 # --------------------------------------------------------------------------------------------------

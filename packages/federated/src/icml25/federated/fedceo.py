@@ -1,5 +1,7 @@
-"""Clients Collaborate: Flexible Differentially Private Federated Learning with Guaranteed Improvement of
-Utility-Privacy Trade-off (FedCEO) — ICML 2025 — catalog id P50.
+"""FedCEO (Clients Collaborate) — ICML 2025, P50: t-SVD low-rank smoothing of DP client models, the server step.
+
+Li et al., "Clients Collaborate: Flexible Differentially Private Federated Learning with Guaranteed
+Improvement of Utility-Privacy Trade-off", ICML 2025 (official code: 6lyc/FedCEO_Collaborate-with-Each-Other).
 
 Under differential privacy every uploaded client model carries independent Gaussian noise. FedCEO stacks
 the m uploaded copies of each parameter into a 3-way tensor ``X`` of shape ``[n1, n2, m]`` (client axis

@@ -1,293 +1,357 @@
-"""Flower integration of FedCEO (ICML 2025, P50) and DP-FedAvg: strategies, client, simulation helper.
+"""FedCEO (Clients Collaborate) — ICML 2025, P50: FedCEO and DP-FedAvg on Flower's Message API.
 
-Flower (``flwr``, the ``[flower]`` extra) is imported lazily: importing this module is cheap, and the
-first access to :class:`FedCEOStrategy`, :class:`DPFedAvgStrategy` or :class:`FedCEONumPyClient` imports
-flwr (``ImportError`` naming the extra when it is missing).
+Li et al., "Clients Collaborate: Flexible Differentially Private Federated Learning with Guaranteed
+Improvement of Utility-Privacy Trade-off", ICML 2025 (official code: 6lyc/FedCEO_Collaborate-with-Each-Other).
+Needs the ``[flower]`` extra (``pip install 'icml25-federated[flower]'``: flwr with its simulation runtime).
 
-The strategies are ``flwr.server.strategy.FedAvg`` subclasses, so they run in Flower's simulation engine
-(:func:`run_flower_simulation`, Ray-based) and in a real deployment (``ServerApp`` / SuperLink) alike.
-They hold a :class:`~icml25.federated.fedceo.FedCEOAggregator` (or ``FedAvgAggregator``) — the very object
-the plain-python :class:`~icml25.federated.server.FedCEOServer` uses — so there is no duplicated logic:
+The server step is the one shared with the plain-python loop (:class:`~icml25.federated.server.FedCEOServer`):
+:class:`~icml25.federated.fedceo.FedCEOAggregator` (t-SVD smoothing every I rounds, personalised restarts)
+or :class:`~icml25.federated.fedceo.FedAvgAggregator` (DP-FedAvg), and the client code is
+:func:`~icml25.federated.training.client_update`. On Flower's Message API:
 
-* ``configure_fit`` samples m distinct clients and sends each its own start state (the global model, or
-  its stored personalised state on FedCEO restart rounds) plus ``{"round": t}``;
-* ``aggregate_fit`` hands the uploads to the aggregator (smoothing on rounds ``(t+1) % I == 0``), updates
-  the privacy ledger from the clients' reported step counts, and returns the global model with the
-  metrics ``epsilon``, ``smoothed``, ``tau`` (schedule value) and ``tau_max`` (largest threshold applied).
+* :class:`FedCEOStrategy` / :class:`DPFedAvgStrategy` subclass ``flwr.serverapp.strategy.FedAvg``.
+  ``configure_train`` samples m distinct nodes with the strategy's own seeded generator (Flower's default
+  sampler draws from the global ``random`` module) and sends each node its start state: the global model,
+  or its personalised smoothed state on FedCEO restart rounds. ``aggregate_train`` applies the aggregator
+  to the uploads (unweighted, as the official code) and reports ε, the smoothing flag and τ.
+* :func:`make_client_app` builds a ``ClientApp`` whose ``train`` handler runs local (DP-)SGD on the node's
+  partition (``context.node_config["partition-id"]``) and uploads the privatised model.
+* :func:`make_server_app` builds a ``ServerApp`` whose ``main`` runs ``strategy.start`` with centralised
+  evaluation of the global model.
+* :func:`run_flower_simulation` runs both in Flower's Simulation Runtime (Ray backend).
 
-The user-level Gaussian mechanism runs on the client (:class:`FedCEONumPyClient` calls
-:func:`~icml25.federated.training.client_update`): FedCEO needs *each* upload to carry independent noise.
-Flower's ``DifferentialPrivacyClientSideFixedClipping`` only clips on the client and adds the noise once to
-the aggregate on the server, which would leave nothing for FedCEO to denoise, so it is not used.
+Rounds: Flower counts from 1, the FedCEO schedule from 0 (``t = server_round - 1``). Clients are keyed by
+their Flower node id; the simulation runtime draws node ids at random, so which partitions a seeded run
+samples can differ between runs, while every client's training is seeded by (seed, round, partition id).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import os
+import time
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import torch
 from torch import Tensor, nn
+
+try:
+    from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
+    from flwr.clientapp import ClientApp
+    from flwr.serverapp import Grid, ServerApp
+    from flwr.serverapp.strategy import FedAvg
+except ImportError as err:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        f"icml25.federated.flower needs Flower (flwr): pip install 'icml25-federated[flower]' ({err})"
+    ) from err
 
 from icml25.federated.data import FederatedData
 from icml25.federated.dp import DPConfig, FederatedPrivacyLedger
 from icml25.federated.fedceo import FedAvgAggregator, FedCEOAggregator, FedCEOConfig
 from icml25.federated.training import LocalTrainConfig, client_update, evaluate, make_mlp, seed_generator
+from icml25.kernels.rng import isolated_rng
 
 __all__ = [
-    "DPFedAvgStrategy",  # noqa: F822 (built lazily by __getattr__)
-    "FedCEONumPyClient",  # noqa: F822 (built lazily by __getattr__)
-    "FedCEOStrategy",  # noqa: F822 (built lazily by __getattr__)
-    "ndarrays_to_state",
+    "AggregatorStrategy",
+    "DPFedAvgStrategy",
+    "FedCEOStrategy",
+    "make_client_app",
+    "make_server_app",
     "run_flower_simulation",
-    "state_to_ndarrays",
 ]
 
 State = dict[str, Tensor]
-_EXTRA = "pip install 'icml25-federated[flower]'"
+ARRAYS_KEY = "arrays"
+CONFIG_KEY = "config"
+METRICS_KEY = "metrics"
 
 
-def _require_flwr() -> Any:
-    try:
-        import flwr
-    except ImportError as err:  # pragma: no cover - exercised only without the extra
-        raise ImportError(f"the Flower integration needs flwr: {_EXTRA}") from err
-    return flwr
+class AggregatorStrategy(FedAvg):
+    """A Message-API ``FedAvg`` whose server step is an icml25 aggregator (see the module docstring).
 
+    Args:
+        aggregator: ``FedAvgAggregator()`` (DP-FedAvg) or ``FedCEOAggregator(config)``.
+        initial_state: initial global model ``{name: tensor}`` (defines the keys, shapes and dtypes).
+        n_clients: number of nodes N (privacy accounting; sampling waits until N nodes are connected).
+        clients_per_round: m distinct nodes per round.
+        dp: the clients' privacy mechanism (for the reported ε; the clients add the noise).
+        seed: seeds the node sampling.
+        eval_fn: optional centralised evaluation ``state -> accuracy`` after every round.
+        node_timeout: seconds to wait for N connected nodes before a round fails.
 
-def state_to_ndarrays(state: State, keys: Sequence[str]) -> list[np.ndarray]:
-    """State dict → list of NumPy arrays in the order of ``keys`` (Flower's wire format)."""
-    return [state[k].detach().cpu().numpy() for k in keys]
+    Attributes:
+        test_acc: accuracy of the global model after each round (when ``eval_fn`` is given).
+        epsilon: worst client's ε after each round (:class:`~icml25.federated.dp.FederatedPrivacyLedger`).
+        sampled: the node ids sampled in each round.
+        result: Flower's ``Result`` of the last ``start`` (set by :func:`make_server_app`).
+    """
 
-
-def ndarrays_to_state(arrays: Sequence[np.ndarray], template: State) -> State:
-    """Inverse of :func:`state_to_ndarrays`; checks the count and the shapes against ``template``."""
-    keys = list(template)
-    if len(arrays) != len(keys):
-        raise ValueError(f"expected {len(keys)} parameter arrays (keys {keys}), got {len(arrays)}")
-    out: State = {}
-    for k, a in zip(keys, arrays):
-        if tuple(a.shape) != tuple(template[k].shape):
+    def __init__(
+        self,
+        aggregator: FedAvgAggregator,
+        initial_state: Mapping[str, Tensor],
+        *,
+        n_clients: int,
+        clients_per_round: int,
+        dp: DPConfig | None = None,
+        seed: int = 0,
+        eval_fn: Callable[[State], float] | None = None,
+        node_timeout: float = 300.0,
+    ) -> None:
+        if not isinstance(aggregator, FedAvgAggregator):
+            raise TypeError(f"aggregator must be a FedAvgAggregator, got {type(aggregator).__name__}")
+        if not isinstance(initial_state, Mapping) or not initial_state:
+            raise TypeError(
+                f"initial_state must be a non-empty dict[str, Tensor], got {type(initial_state).__name__}"
+            )
+        for name, v in (("n_clients", n_clients), ("clients_per_round", clients_per_round)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+        if clients_per_round > n_clients:
             raise ValueError(
-                f"parameter {k!r} must have shape {tuple(template[k].shape)}, got {tuple(a.shape)}"
+                f"clients_per_round must be in [1, n_clients={n_clients}], got {clients_per_round}"
             )
-        out[k] = torch.as_tensor(np.array(a, copy=True), dtype=template[k].dtype)
-    return out
+        super().__init__(
+            fraction_train=clients_per_round / n_clients,
+            min_train_nodes=clients_per_round,
+            min_available_nodes=n_clients,
+        )
+        # Federated evaluation is not used: the global model is evaluated centrally (``eval_fn``).
+        self.fraction_evaluate, self.min_evaluate_nodes = 0.0, 0
+        self.aggregator = aggregator
+        self.template: State = {k: v.detach().clone() for k, v in initial_state.items()}
+        self.n_clients, self.clients_per_round = n_clients, clients_per_round
+        self.dp = dp if dp is not None else DPConfig()
+        self.ledger = FederatedPrivacyLedger(self.dp, n_clients, clients_per_round)
+        self.eval_fn = eval_fn
+        self.node_timeout = float(node_timeout)
+        self._rng = np.random.default_rng(seed)
+        self.test_acc: list[float] = []
+        self.epsilon: list[float] = []
+        self.sampled: list[list[int]] = []
+        self.result: Any = None
 
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(aggregator={type(self.aggregator).__name__}, m={self.clients_per_round})"
+        )
 
-# --------------------------------------------------------------------------------------------------
-# Classes that subclass flwr types: built on first access (module __getattr__), so flwr stays optional.
-# --------------------------------------------------------------------------------------------------
+    # ---------------------------------------------------------------------------- the round's plan
 
+    def plan_round(
+        self, server_round: int, node_ids: Iterable[int], global_state: State
+    ) -> list[tuple[int, State]]:
+        """Sample m distinct nodes and pick each one's start state: ``[(node id, state), ...]``.
 
-_CLASSES: dict[str, type] = {}
-
-
-def _build() -> dict[str, type]:
-    if _CLASSES:
-        return _CLASSES
-    _require_flwr()
-    from flwr.client import NumPyClient
-    from flwr.common import FitIns, Parameters, ndarrays_to_parameters, parameters_to_ndarrays
-    from flwr.server.strategy import FedAvg
-
-    class AggregatorStrategy(FedAvg):
-        """A FedAvg strategy whose server step is an icml25 aggregator (see the module docstring)."""
-
-        def __init__(
-            self,
-            aggregator: FedAvgAggregator,
-            initial_state: State,
-            *,
-            n_clients: int,
-            clients_per_round: int,
-            dp: DPConfig | None = None,
-            eval_fn: Callable[[State], float] | None = None,
-            **fedavg_kwargs: Any,
-        ) -> None:
-            if not isinstance(aggregator, FedAvgAggregator):
-                raise TypeError(f"aggregator must be a FedAvgAggregator, got {type(aggregator).__name__}")
-            if not isinstance(initial_state, dict) or not initial_state:
-                raise TypeError(
-                    f"initial_state must be a non-empty dict[str, Tensor], got {type(initial_state).__name__}"
-                )
-            if not 1 <= clients_per_round <= n_clients:
-                raise ValueError(
-                    f"clients_per_round must be in [1, n_clients={n_clients}], got {clients_per_round}"
-                )
-            self.aggregator = aggregator
-            self.template = {k: v.detach().clone() for k, v in initial_state.items()}
-            self.keys = list(self.template)
-            self.clients_per_round = clients_per_round
-            self.dp = dp if dp is not None else DPConfig()
-            self.ledger = FederatedPrivacyLedger(self.dp, n_clients, clients_per_round)
-            self.eval_fn = eval_fn
-            self.test_acc: list[float] = []
-            self.epsilon: list[float] = []
-            fedavg_kwargs.setdefault("fraction_evaluate", 0.0)
-            fedavg_kwargs.setdefault("min_available_clients", clients_per_round)
-            super().__init__(
-                initial_parameters=ndarrays_to_parameters(state_to_ndarrays(self.template, self.keys)),
-                min_fit_clients=clients_per_round,
-                **fedavg_kwargs,
-            )
-
-        def __repr__(self) -> str:
-            return f"{type(self).__name__}(aggregator={type(self.aggregator).__name__}, m={self.clients_per_round})"
-
-        def _to_state(self, parameters: Parameters) -> State:
-            return ndarrays_to_state(parameters_to_ndarrays(parameters), self.template)
-
-        def configure_fit(
-            self, server_round: int, parameters: Parameters, client_manager: Any
-        ) -> list[tuple[Any, Any]]:
-            t = server_round - 1  # Flower counts rounds from 1, the FedCEO schedule from 0
-            config = dict(self.on_fit_config_fn(server_round)) if self.on_fit_config_fn else {}
-            config["round"] = t
-            clients = client_manager.sample(
-                num_clients=self.clients_per_round,
-                min_num_clients=max(self.min_available_clients, self.clients_per_round),
-            )
-            global_state = self._to_state(parameters)
-            out = []
-            for proxy in clients:
-                start = self.aggregator.start_state(t, proxy.cid, global_state)
-                params = (
-                    parameters
-                    if start is global_state
-                    else ndarrays_to_parameters(state_to_ndarrays(start, self.keys))
-                )
-                out.append((proxy, FitIns(params, dict(config))))
-            return out
-
-        def aggregate_fit(
-            self, server_round: int, results: list[tuple[Any, Any]], failures: list[Any]
-        ) -> tuple[Parameters | None, dict[str, Any]]:
-            if not results or (failures and not self.accept_failures):
-                return None, {}  # Flower's convention: keep the current global model
-            t = server_round - 1
-            uploads = [(proxy.cid, self._to_state(res.parameters)) for proxy, res in results]
-            global_state = self.aggregator.aggregate(t, uploads)
-            self.ledger.record_round(
-                {
-                    proxy.cid: (int(res.metrics.get("steps", 1)), float(res.metrics.get("sample_rate", 1.0)))
-                    for proxy, res in results
-                }
-            )
-            eps = self.ledger.epsilon()
-            self.epsilon.append(eps)
-            smoothed = isinstance(self.aggregator, FedCEOAggregator) and t in self.aggregator.taus
-            metrics = {
-                "epsilon": eps,
-                "smoothed": int(smoothed),
-                "tau": self.aggregator.taus.get(t, 0.0) if smoothed else 0.0,  # schedule value ϑ^k/(2λ)
-                "tau_max": max(self.aggregator.layer_taus[t].values(), default=0.0) if smoothed else 0.0,
-            }  # type: ignore[attr-defined]
-            return ndarrays_to_parameters(state_to_ndarrays(global_state, self.keys)), metrics
-
-        def evaluate(self, server_round: int, parameters: Parameters) -> tuple[float, dict[str, Any]] | None:
-            if self.eval_fn is None or server_round == 0:
-                return None
-            acc = float(self.eval_fn(self._to_state(parameters)))
-            self.test_acc.append(acc)
-            return 1.0 - acc, {"accuracy": acc}
-
-    class FedCEOStrategy(AggregatorStrategy):
-        """FedCEO as a Flower strategy.
-
-        Args:
-            config: FedCEO hyper-parameters (λ, ϑ, I, restart, exclude).
-            initial_state: initial global model ``{name: tensor}`` (defines the parameter order).
-            n_clients: number of clients N (for privacy accounting).
-            clients_per_round: m distinct clients per round.
-            dp: the clients' privacy mechanism (for the reported ε; the noise is added by the clients).
-            eval_fn: optional centralised evaluation ``state -> accuracy`` run after every round.
-            **fedavg_kwargs: forwarded to ``flwr.server.strategy.FedAvg`` (e.g. ``on_fit_config_fn``).
-
-        Attributes:
-            aggregator: the shared :class:`FedCEOAggregator` (personalised states keyed by client id).
+        The state is ``global_state`` itself, or the node's personalised state on a FedCEO restart round.
         """
+        nodes = sorted(int(n) for n in node_ids)
+        if len(nodes) < self.clients_per_round:
+            raise ValueError(
+                f"node_ids must hold at least clients_per_round={self.clients_per_round} nodes, got {len(nodes)}"
+            )
+        picks = self._rng.choice(len(nodes), size=self.clients_per_round, replace=False)
+        chosen = sorted(nodes[int(i)] for i in picks)  # node ids are 64-bit: index, never convert
+        self.sampled.append(chosen)
+        t = server_round - 1
+        return [(node, self.aggregator.start_state(t, node, global_state)) for node in chosen]
 
-        def __init__(self, config: FedCEOConfig, initial_state: State, **kwargs: Any) -> None:
-            super().__init__(FedCEOAggregator(config), initial_state, **kwargs)
+    def aggregate_states(
+        self, server_round: int, uploads: Sequence[tuple[Hashable, State, Mapping[str, float]]]
+    ) -> tuple[State, dict[str, float]]:
+        """The server step on ``[(node id, uploaded state, train metrics), ...]``: new global state, metrics.
 
-    class DPFedAvgStrategy(AggregatorStrategy):
-        """DP-FedAvg (FedAvg when the clients run without DP): unweighted mean of the privatised uploads."""
-
-        def __init__(self, initial_state: State, **kwargs: Any) -> None:
-            super().__init__(FedAvgAggregator(), initial_state, **kwargs)
-
-    class FedCEONumPyClient(NumPyClient):
-        """A Flower client: local SGD (+ DP-SGD) and the user-level Gaussian mechanism before upload.
-
-        Args:
-            client_id: integer id, seeds the client's randomness as in the plain loop.
-            x, y: ``[n, d]`` features and ``[n]`` labels.
-            model_fn: builds the model.
-            train, dp: local training and privacy configuration.
-            seed: run seed.
+        Each upload must have the keys and shapes of ``initial_state``; the metrics may carry ``steps`` and
+        ``sample-rate`` (DP-SGD accounting) and ``loss``.
         """
-
-        def __init__(
-            self,
-            client_id: int,
-            x: Tensor,
-            y: Tensor,
-            model_fn: Callable[[], nn.Module],
-            train: LocalTrainConfig,
-            dp: DPConfig,
-            seed: int = 0,
-        ) -> None:
-            self.client_id, self.x, self.y = client_id, x, y
-            self.model = model_fn()
-            self.train, self.dp, self.seed = train, dp, seed
-            self.template = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
-
-        def get_parameters(self, config: dict[str, Any]) -> list[np.ndarray]:
-            return state_to_ndarrays(self.template, list(self.template))
-
-        def fit(
-            self, parameters: list[np.ndarray], config: dict[str, Any]
-        ) -> tuple[list[np.ndarray], int, dict]:
-            t = int(config.get("round", 0))
-            start = ndarrays_to_state(parameters, self.template)
-            gen = seed_generator(self.seed, t, self.client_id)
-            res = client_update(self.model, start, self.x, self.y, self.train, self.dp, gen)
-            metrics = {
-                "client_id": self.client_id,
-                "steps": res.steps,
-                "sample_rate": min(1.0, self.train.batch_size / res.num_examples),
-                "loss": res.loss,
-            }
-            return state_to_ndarrays(res.upload, list(self.template)), res.num_examples, metrics
-
-        def evaluate(self, parameters: list[np.ndarray], config: dict[str, Any]) -> tuple[float, int, dict]:
-            acc = evaluate(self.model, ndarrays_to_state(parameters, self.template), self.x, self.y)
-            return 1.0 - acc, int(self.x.shape[0]), {"accuracy": acc}
-
-    for cls in (FedCEOStrategy, DPFedAvgStrategy, FedCEONumPyClient, AggregatorStrategy):
-        cls.__qualname__ = cls.__name__  # readable reprs: they are public classes, built lazily
-    _CLASSES.update(
-        {
-            "FedCEOStrategy": FedCEOStrategy,
-            "DPFedAvgStrategy": DPFedAvgStrategy,
-            "FedCEONumPyClient": FedCEONumPyClient,
-            "AggregatorStrategy": AggregatorStrategy,
+        t = server_round - 1
+        for cid, state, _ in uploads:
+            self._check_state(state, f"the upload of node {cid}")
+        global_state = self.aggregator.aggregate(t, [(cid, state) for cid, state, _ in uploads])
+        self.ledger.record_round(
+            {cid: (int(mt.get("steps", 1)), float(mt.get("sample-rate", 1.0))) for cid, _, mt in uploads}
+        )
+        eps = self.ledger.epsilon()
+        self.epsilon.append(eps)
+        smoothed = isinstance(self.aggregator, FedCEOAggregator) and t in self.aggregator.taus
+        taus = self.aggregator.layer_taus.get(t, {}) if smoothed else {}  # type: ignore[attr-defined]
+        losses = [float(mt["loss"]) for _, _, mt in uploads if "loss" in mt]
+        metrics = {
+            "epsilon": eps,
+            "smoothed": int(smoothed),
+            "tau": self.aggregator.taus[t] if smoothed else 0.0,  # type: ignore[attr-defined]
+            "tau-max": max(taus.values(), default=0.0),
+            "train-loss": float(np.mean(losses)) if losses else float("nan"),
         }
-    )
-    return _CLASSES
+        return global_state, metrics
+
+    def _check_state(self, state: Mapping[str, Tensor], what: str) -> None:
+        if set(state) != set(self.template):
+            missing, extra = sorted(set(self.template) - set(state)), sorted(set(state) - set(self.template))
+            raise ValueError(f"{what} must have the model's keys: missing {missing}, unexpected {extra}")
+        for k, v in state.items():
+            if tuple(v.shape) != tuple(self.template[k].shape):
+                raise ValueError(
+                    f"{what}: parameter {k!r} must have shape {tuple(self.template[k].shape)}, got {tuple(v.shape)}"
+                )
+
+    # ------------------------------------------------------------------------- Flower's interface
+
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """Messages of round ``server_round``: m distinct nodes, each with its start state and the config."""
+        nodes = self._connected_nodes(grid)
+        global_state = arrays.to_torch_state_dict()
+        messages = []
+        for node, start in self.plan_round(server_round, nodes, global_state):
+            payload = arrays if start is global_state else ArrayRecord(start)
+            cfg = ConfigRecord({**dict(config), "server-round": server_round, "round": server_round - 1})
+            content = RecordDict({ARRAYS_KEY: payload, CONFIG_KEY: cfg})
+            messages.append(Message(content=content, message_type=MessageType.TRAIN, dst_node_id=node))
+        return messages
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """FedCEO's (or FedAvg's) server step on the replies; replies with an error are left out."""
+        uploads = []
+        for reply in replies:
+            if reply.has_error():
+                continue
+            content = reply.content
+            if len(content.array_records) != 1 or len(content.metric_records) != 1:
+                raise ValueError(
+                    f"the reply of node {reply.metadata.src_node_id} must hold one ArrayRecord and one "
+                    f"MetricRecord, got {len(content.array_records)} and {len(content.metric_records)}"
+                )
+            state = next(iter(content.array_records.values())).to_torch_state_dict()
+            metrics = dict(next(iter(content.metric_records.values())))
+            uploads.append((int(reply.metadata.src_node_id), state, metrics))
+        if not uploads:
+            return None, None  # Flower's convention: keep the current global model
+        global_state, metrics = self.aggregate_states(server_round, uploads)
+        return ArrayRecord(global_state), MetricRecord(metrics)
+
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """No federated evaluation: the global model is evaluated centrally (``eval_fn``)."""
+        return []
+
+    def evaluate_global(self, server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
+        """Centralised evaluation for ``strategy.start(evaluate_fn=...)``: accuracy of the global model."""
+        if self.eval_fn is None or server_round == 0:
+            return None
+        acc = float(self.eval_fn(arrays.to_torch_state_dict()))
+        self.test_acc.append(acc)
+        return MetricRecord({"accuracy": acc})
+
+    def _connected_nodes(self, grid: Grid) -> list[int]:
+        deadline = time.monotonic() + self.node_timeout
+        while len(nodes := list(grid.get_node_ids())) < self.min_available_nodes:
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"only {len(nodes)} of n_clients={self.min_available_nodes} nodes connected "
+                    f"within {self.node_timeout:g} s"
+                )
+            time.sleep(0.2)
+        return nodes
 
 
-_LAZY = ("FedCEOStrategy", "DPFedAvgStrategy", "FedCEONumPyClient", "AggregatorStrategy")
+class FedCEOStrategy(AggregatorStrategy):
+    """FedCEO as a Flower strategy (Message API).
+
+    Args:
+        config: FedCEO hyper-parameters (λ, ϑ, I, restart, exclude, noise_std).
+        initial_state: initial global model ``{name: tensor}``.
+        **kwargs: as :class:`AggregatorStrategy` (``n_clients``, ``clients_per_round``, ``dp``, ``seed``,
+            ``eval_fn``, ``node_timeout``).
+
+    Attributes:
+        aggregator: the :class:`~icml25.federated.fedceo.FedCEOAggregator` (personalised states keyed by
+            node id; ``taus``/``layer_taus`` of the smoothing rounds).
+    """
+
+    def __init__(self, config: FedCEOConfig, initial_state: Mapping[str, Tensor], **kwargs: Any) -> None:
+        super().__init__(FedCEOAggregator(config), initial_state, **kwargs)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        classes = _build()
-        globals().update(classes)
-        return classes[name]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+class DPFedAvgStrategy(AggregatorStrategy):
+    """DP-FedAvg (FedAvg when the clients run without DP): unweighted mean of the privatised uploads."""
+
+    def __init__(self, initial_state: Mapping[str, Tensor], **kwargs: Any) -> None:
+        super().__init__(FedAvgAggregator(), initial_state, **kwargs)
+
+
+def make_client_app(
+    data: FederatedData,
+    *,
+    model_fn: Callable[[], nn.Module],
+    train: LocalTrainConfig,
+    dp: DPConfig,
+    seed: int = 0,
+) -> ClientApp:
+    """A ``ClientApp`` whose ``train`` handler trains on partition ``context.node_config["partition-id"]``.
+
+    It runs :func:`~icml25.federated.training.client_update` (local SGD or DP-SGD, then the user-level
+    mechanism when ``dp.mode == "user"``) from the received state, seeded by ``(seed, round, partition id)``,
+    and replies with the upload and the metrics ``num-examples``, ``steps``, ``sample-rate``, ``loss``.
+    """
+    if not isinstance(data, FederatedData):
+        raise TypeError(f"data must be a FederatedData, got {type(data).__name__}")
+    clients = data.clients
+    models: dict[str, nn.Module] = {}  # one model per worker process, built on first use
+
+    app = ClientApp()
+
+    @app.train()
+    def train_handler(msg: Message, context: Context) -> Message:
+        pid = int(context.node_config["partition-id"])
+        if not 0 <= pid < len(clients):
+            raise ValueError(f"partition-id must be in [0, {len(clients)}), got {pid}")
+        if "model" not in models:
+            with isolated_rng(seed):  # the weights are overwritten by the received state
+                models["model"] = model_fn()
+        x, y = clients[pid]
+        start = msg.content[ARRAYS_KEY].to_torch_state_dict()
+        t = int(msg.content[CONFIG_KEY]["round"])
+        res = client_update(models["model"], start, x, y, train, dp, seed_generator(seed, t, pid))
+        metrics = MetricRecord(
+            {
+                "num-examples": res.num_examples,
+                "steps": res.steps,
+                "sample-rate": res.sample_rate,
+                "loss": res.loss,
+                "partition-id": pid,
+            }
+        )
+        return Message(RecordDict({ARRAYS_KEY: ArrayRecord(res.upload), METRICS_KEY: metrics}), reply_to=msg)
+
+    return app
+
+
+def make_server_app(strategy: AggregatorStrategy, rounds: int, *, timeout: float = 3600.0) -> ServerApp:
+    """A ``ServerApp`` whose ``main`` runs ``strategy.start`` for ``rounds`` rounds from its initial state,
+    with centralised evaluation (:meth:`AggregatorStrategy.evaluate_global`); the ``Result`` is kept in
+    ``strategy.result``."""
+    if not isinstance(strategy, AggregatorStrategy):
+        raise TypeError(f"strategy must be an AggregatorStrategy, got {type(strategy).__name__}")
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"rounds must be an int >= 1, got {rounds!r}")
+    app = ServerApp()
+
+    @app.main()
+    def main(grid: Grid, context: Context) -> None:
+        strategy.result = strategy.start(
+            grid=grid,
+            initial_arrays=ArrayRecord(strategy.template),
+            num_rounds=rounds,
+            timeout=timeout,
+            evaluate_fn=strategy.evaluate_global,
+        )
+
+    return app
 
 
 def run_flower_simulation(
@@ -301,67 +365,61 @@ def run_flower_simulation(
     model_fn: Callable[[], nn.Module] | None = None,
     seed: int = 0,
     num_cpus: int = 2,
-) -> Any:
-    """Run FedCEO (``fedceo`` given) or DP-FedAvg in Flower's simulation engine, one virtual client each.
+    strategy_cls: type[AggregatorStrategy] | None = None,
+) -> AggregatorStrategy:
+    """Run FedCEO (``fedceo`` given) or DP-FedAvg in Flower's Simulation Runtime, one node per client.
 
     Args:
-        data: client partitions (client ``k`` is the SuperNode with ``partition-id`` k) and test set.
+        data: client partitions (client ``k`` is the node with ``partition-id`` k) and test set.
         rounds: number of rounds.
         fedceo: FedCEO configuration; ``None`` runs DP-FedAvg.
-        clients_per_round, train, dp, model_fn, seed: as :class:`~icml25.federated.server.FederatedServer`.
-        num_cpus: CPUs given to the Ray backend.
+        clients_per_round, train, dp, model_fn, seed: as :class:`~icml25.federated.server.FederatedServer`
+            (the initial model is the one ``FederatedServer(seed=seed)`` builds).
+        num_cpus: CPUs given to the Ray backend (one per client worker).
+        strategy_cls: a subclass of :class:`FedCEOStrategy` / :class:`DPFedAvgStrategy` to use instead.
 
     Returns:
-        The strategy after the run: ``.test_acc`` (per round), ``.epsilon``, ``.aggregator``.
+        The strategy after the run: ``.test_acc`` (per round), ``.epsilon``, ``.aggregator``, ``.result``.
     """
-    _require_flwr()
-    import os
-    import random
-
-    os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
-    from flwr.client import ClientApp
-    from flwr.server import ServerApp, ServerAppComponents, ServerConfig
     from flwr.simulation import run_simulation
 
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
         raise ValueError(f"rounds must be an int >= 1, got {rounds!r}")
+    os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")  # no network calls from the runtime
+    # CPU workers: keep Ray's future default (leave accelerator variables alone), which also silences its
+    # FutureWarning about the current default.
+    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
     train = train if train is not None else LocalTrainConfig()
     dp = dp if dp is not None else DPConfig()
     n = len(data.clients)
     mf = model_fn if model_fn is not None else (lambda: make_mlp(data.n_features, 64, data.n_classes))
-    torch.manual_seed(seed)  # same initial model as FederatedServer(seed=seed)
-    eval_model = mf()
+    with isolated_rng(seed):  # the initial model of FederatedServer(seed=seed)
+        eval_model = mf()
     init = {k: v.detach().clone() for k, v in eval_model.state_dict().items()}
     x_te, y_te = data.x_test, data.y_test
-    common = dict(n_clients=n, clients_per_round=clients_per_round, dp=dp, min_available_clients=n)
 
     def eval_fn(state: State) -> float:
         return evaluate(eval_model, state, x_te, y_te)
 
-    classes = _build()
-    if fedceo is not None:
-        strategy = classes["FedCEOStrategy"](fedceo, init, eval_fn=eval_fn, **common)
+    common: dict[str, Any] = dict(
+        n_clients=n, clients_per_round=clients_per_round, dp=dp, seed=seed, eval_fn=eval_fn
+    )
+    if strategy_cls is None:
+        strategy_cls = FedCEOStrategy if fedceo is not None else DPFedAvgStrategy
+    if issubclass(strategy_cls, FedCEOStrategy):
+        if fedceo is None:
+            raise ValueError(f"strategy_cls={strategy_cls.__name__} needs fedceo= a FedCEOConfig, got None")
+        strategy: AggregatorStrategy = strategy_cls(fedceo, init, **common)
     else:
-        strategy = classes["DPFedAvgStrategy"](init, eval_fn=eval_fn, **common)
-    clients = data.clients
-    client_cls = classes["FedCEONumPyClient"]
-
-    def client_fn(context: Any) -> Any:
-        pid = int(context.node_config["partition-id"])
-        x, y = clients[pid]
-        return client_cls(pid, x, y, mf, train, dp, seed).to_client()
-
-    def server_fn(context: Any) -> Any:
-        return ServerAppComponents(strategy=strategy, config=ServerConfig(num_rounds=rounds))
-
+        strategy = strategy_cls(init, **common)
+    client_app = make_client_app(data, model_fn=mf, train=train, dp=dp, seed=seed)
     backend = {
         "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
         "init_args": {"num_cpus": num_cpus, "include_dashboard": False, "logging_level": "ERROR"},
     }
-    random.seed(seed)  # Flower's client manager samples with the global `random` module
     run_simulation(
-        ServerApp(server_fn=server_fn),
-        ClientApp(client_fn=client_fn),
+        server_app=make_server_app(strategy, rounds),
+        client_app=client_app,
         num_supernodes=n,
         backend_config=backend,
     )

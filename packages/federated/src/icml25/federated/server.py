@@ -1,7 +1,7 @@
-"""Plain-python federated loop for users without Flower: FedAvg, DP-FedAvg and FedCEO.
+"""FedCEO (Clients Collaborate) — ICML 2025, P50: the plain-python federated loop (FedAvg, DP-FedAvg, FedCEO).
 
-Part of the FedCEO implementation (Clients Collaborate: Flexible Differentially Private Federated
-Learning with Guaranteed Improvement of Utility-Privacy Trade-off, ICML 2025, P50).
+For users without Flower; part of the FedCEO implementation (Li et al., "Clients Collaborate: Flexible
+Differentially Private Federated Learning with Guaranteed Improvement of Utility-Privacy Trade-off").
 
 Each round: sample m distinct clients, send each its start state (the global model, or its personalised
 state on FedCEO restart rounds), run :func:`~icml25.federated.training.client_update` (local SGD + DP),
@@ -12,18 +12,19 @@ DP-FedAvg) or :class:`~icml25.federated.fedceo.FedCEOAggregator`. The Flower str
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
 from torch import Tensor, nn
 
 from icml25.federated.data import FederatedData
 from icml25.federated.dp import DPConfig, FederatedPrivacyLedger
 from icml25.federated.fedceo import FedAvgAggregator, FedCEOAggregator, FedCEOConfig, mean_state
 from icml25.federated.training import LocalTrainConfig, client_update, evaluate, make_mlp, seed_generator
+from icml25.kernels.rng import isolated_rng
 
 __all__ = ["DPFedAvgServer", "FedCEOServer", "FederatedServer", "History", "state_distance"]
 
@@ -110,8 +111,8 @@ class FederatedServer:
         self.model_fn = (
             model_fn if model_fn is not None else (lambda: make_mlp(data.n_features, 64, data.n_classes))
         )
-        torch.manual_seed(seed)
-        self.model = self.model_fn()
+        with isolated_rng(seed):  # model initialisation seeded by `seed`; the caller's generator untouched
+            self.model = self.model_fn()
         self.global_state: State = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
         self.clean_state: State = {k: v.clone() for k, v in self.global_state.items()}
         self.ledger = FederatedPrivacyLedger(self.dp, n, clients_per_round)
@@ -132,7 +133,7 @@ class FederatedServer:
             )
             uploads.append((cid, res.upload))
             clean_deltas.append(_diff(res.clean, start))
-            participants[cid] = (res.steps, min(1.0, self.train.batch_size / res.num_examples))
+            participants[cid] = (res.steps, res.sample_rate)
         self.global_state = self.aggregator.aggregate(t, uploads)
         self.ledger.record_round(participants)
         # Denoising diagnostic: the noise-free model applies the very same (clipped) client updates
@@ -155,15 +156,50 @@ class FederatedServer:
         self.round += 1
         return self.global_state
 
+    def fork(self, aggregator: FedAvgAggregator) -> FederatedServer:
+        """A copy of this run that continues with another server step; the data are shared, not copied.
+
+        Used to branch DP-FedAvg into FedCEO variants at their first smoothing round: up to there FedCEO's
+        server step is the plain mean and no client restarts, so the two runs coincide exactly and the
+        shared rounds need to be trained once. Therefore this server must be a plain mean
+        (``FedAvgAggregator``), and a ``FedCEOAggregator`` can only take over before its first smoothing
+        round (``self.round <= interval - 1``).
+        """
+        if type(self.aggregator) is not FedAvgAggregator:
+            raise ValueError(
+                f"fork needs a run with the plain-mean server step (FedAvgAggregator), got {type(self.aggregator).__name__}"
+            )
+        if not isinstance(aggregator, FedAvgAggregator):
+            raise TypeError(
+                f"aggregator must be a FedAvgAggregator or FedCEOAggregator, got {type(aggregator).__name__}"
+            )
+        if isinstance(aggregator, FedCEOAggregator) and self.round > aggregator.config.interval - 1:
+            raise ValueError(
+                f"a FedCEO run with interval={aggregator.config.interval} smooths after round "
+                f"{aggregator.config.interval - 1}; fork it from round <= that, got round {self.round}"
+            )
+        new = FederatedServer.__new__(
+            FedCEOServer if isinstance(aggregator, FedCEOAggregator) else DPFedAvgServer
+        )
+        new.__dict__.update(self.__dict__)
+        new.aggregator = aggregator
+        new.model = copy.deepcopy(self.model)
+        new.global_state = {k: v.clone() for k, v in self.global_state.items()}
+        new.clean_state = {k: v.clone() for k, v in self.clean_state.items()}
+        new.ledger = copy.deepcopy(self.ledger)
+        new.history = copy.deepcopy(self.history)
+        new._rng = copy.deepcopy(self._rng)
+        return new
+
     def fit(self, rounds: int, progress: bool = False) -> History:
         """Run ``rounds`` more rounds (tqdm bar when ``progress``)."""
         if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
             raise ValueError(f"rounds must be an int >= 1, got {rounds!r}")
         it = range(rounds)
         if progress:
-            from tqdm.auto import tqdm
+            from icml25.kernels.experiment import progress as progress_bar
 
-            it = tqdm(it, desc=type(self).__name__, leave=False)
+            it = progress_bar(it, desc=type(self).__name__)
         for _ in it:
             self.run_round()
         return self.history

@@ -1,0 +1,190 @@
+"""README examples as tests: every ```python block of a README runs, as written, in a fresh interpreter.
+
+Each package's test suite parametrizes one test over :func:`readme_examples` of its own README, so the
+blocks run in that package's test session, against its installed wheel and with its extras. A block may
+carry directives in comment lines of its own:
+
+* ``# extra: flower`` (or ``# extras: hf, plots``): the block needs these extras of the README's
+  distribution; where one of their requirements is not installed the test skips, naming the extra.
+* ``# readme: continues``: the block continues the previous one (it is run after it, in one process),
+  like the cells of a notebook.
+* ``# readme: slow``: the block takes longer than a quick test (the test marks it ``slow``).
+
+A block that exits non-zero fails its test with the block's source and its stderr. pytest is imported only by
+:func:`readme_params` and :func:`check_readme_example`; :func:`run_readme_example` raises ``AssertionError``.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as metadata
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "ReadmeExample",
+    "check_readme_example",
+    "missing_extras",
+    "readme_examples",
+    "readme_params",
+    "run_readme_example",
+]
+
+_FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.S | re.M)
+_HEADING = re.compile(r"^#{1,6}[ \t]+(.+?)[ \t]*$", re.M)
+_EXTRA = re.compile(r"^[ \t]*#[ \t]*extras?:[ \t]*(.+?)[ \t]*$", re.M)
+_DIRECTIVE = re.compile(r"^[ \t]*#[ \t]*readme:[ \t]*(\w+)", re.M)
+_DIRECTIVES = {"continues", "slow"}
+_REQ_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+@dataclass(frozen=True)
+class ReadmeExample:
+    """One runnable ```python block of a README.
+
+    ``code`` is what runs: the block itself, preceded by the blocks it continues. ``id`` names it for
+    pytest (``<heading slug>-L<line>``).
+    """
+
+    path: Path
+    line: int
+    heading: str
+    source: str
+    code: str
+    extras: tuple[str, ...]
+    slow: bool
+    distribution: str | None
+
+    @property
+    def id(self) -> str:
+        slug = re.sub(r"[^a-z0-9]+", "-", self.heading.lower()).strip("-")[:40] or "top"
+        return f"{slug}-L{self.line}"
+
+
+def readme_examples(path: str | os.PathLike[str], distribution: str | None = None) -> list[ReadmeExample]:
+    """Every ```python block of the Markdown file ``path``, in order (see the module docstring).
+
+    ``distribution`` names the wheel whose extras the ``# extra:`` directives refer to
+    (e.g. ``"icml25-federated"``). Raises ``FileNotFoundError`` when the README is missing and
+    ``ValueError`` on an unknown ``# readme:`` directive or a ``continues`` block with nothing before it.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"path must be a README file, got {str(path)!r} (not found)")
+    text = path.read_text(encoding="utf-8")
+    examples: list[ReadmeExample] = []
+    for match in _FENCE.finditer(text):
+        source = match.group(1)
+        line = text.count("\n", 0, match.start()) + 2  # the block's first line (after the fence)
+        directives = set(_DIRECTIVE.findall(source))
+        unknown = directives - _DIRECTIVES
+        if unknown:
+            raise ValueError(
+                f"{path.name}:{line}: unknown '# readme:' directive(s) {sorted(unknown)}; "
+                f"expected one of {sorted(_DIRECTIVES)}"
+            )
+        extras = tuple(e.strip() for m in _EXTRA.finditer(source) for e in m.group(1).split(",") if e.strip())
+        code = source
+        if "continues" in directives:
+            if not examples:
+                raise ValueError(f"{path.name}:{line}: '# readme: continues' on the first block")
+            previous = examples[-1]
+            code = previous.code + "\n" + source
+            extras = tuple(dict.fromkeys(previous.extras + extras))
+        heading = _heading_before(text, match.start())
+        examples.append(
+            ReadmeExample(path, line, heading, source, code, extras, "slow" in directives, distribution)
+        )
+    return examples
+
+
+def _heading_before(text: str, offset: int) -> str:
+    # the last Markdown heading above the block, ignoring '#' comment lines inside earlier code blocks
+    outside = _FENCE.sub(lambda m: "\n" * m.group(0).count("\n"), text[:offset])
+    found = _HEADING.findall(outside)
+    return found[-1] if found else ""
+
+
+def missing_extras(example: ReadmeExample) -> list[str]:
+    """The extras an example declares whose requirements are not all installed here."""
+    if not example.extras:
+        return []
+    if example.distribution is None:
+        raise ValueError(
+            f"{example.id}: the block declares extras {example.extras} but no distribution was given"
+        )
+    requires = metadata.requires(example.distribution) or []
+    provided = metadata.metadata(example.distribution).get_all("Provides-Extra") or []
+    missing = []
+    for extra in example.extras:
+        if extra not in provided:
+            raise ValueError(
+                f"{example.id}: {example.distribution} has no extra {extra!r} (it has {provided})"
+            )
+        marker = re.compile(r"extra\s*==\s*['\"]" + re.escape(extra) + r"['\"]")
+        names = [
+            _REQ_NAME.match(r).group(0) for r in requires if ";" in r and marker.search(r.split(";", 1)[1])
+        ]
+        for name in names:
+            try:
+                metadata.version(name)
+            except metadata.PackageNotFoundError:
+                missing.append(extra)
+                break
+    return missing
+
+
+def run_readme_example(
+    example: ReadmeExample, cwd: str | os.PathLike[str], timeout: float = 600.0
+) -> subprocess.CompletedProcess[str]:
+    """Run ``example.code`` with this interpreter in a fresh process inside ``cwd`` (files it writes land
+    there); ``AssertionError`` with its source and stderr when it exits non-zero or times out."""
+    env = dict(os.environ, MPLBACKEND="Agg", PYTHONHASHSEED="0")
+    try:
+        result = subprocess.run(
+            [sys.executable, "-c", example.code],
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(
+            f"README example {example.id} ({example.path.name}:{example.line}) ran past {timeout} s"
+        ) from exc
+    if result.returncode != 0:
+        raise AssertionError(
+            f"README example {example.id} ({example.path.name}:{example.line}) exited {result.returncode}\n"
+            f"--- code ---\n{example.code}\n--- stderr (tail) ---\n{result.stderr[-4000:]}"
+        )
+    return result
+
+
+def readme_params(path: str | os.PathLike[str], distribution: str | None = None) -> list[Any]:
+    """:func:`readme_examples` as ``pytest.param``s (id = the example's id, ``slow`` marked) for
+    ``@pytest.mark.parametrize("example", readme_params(README, "icml25-rl"))``."""
+    import pytest
+
+    return [
+        pytest.param(e, id=e.id, marks=[pytest.mark.slow] if e.slow else [])
+        for e in readme_examples(path, distribution)
+    ]
+
+
+def check_readme_example(example: ReadmeExample, cwd: str | os.PathLike[str]) -> None:
+    """The body of a package's README test: skip (naming the install command) when a declared extra is
+    missing, else :func:`run_readme_example`."""
+    import pytest
+
+    missing = missing_extras(example)
+    if missing:
+        pytest.skip(
+            f"needs the extra(s) {missing}: pip install '{example.distribution}[{','.join(missing)}]'"
+        )
+    run_readme_example(example, cwd)
