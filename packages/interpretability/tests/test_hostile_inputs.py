@@ -1,12 +1,14 @@
 """Hostile-input contract of icml25.interpretability (CONTRIBUTING.md, "Bad input contract").
 
-P22 Matryoshka SAE and the other SAEs: every public callable is registered with a valid example call;
+P22 Matryoshka SAE and the other SAEs, P52 deception probes: every public callable is registered with a
+valid example call;
 :mod:`icml25.kernels.testing` derives the hostile variants and asserts a clear error or a documented,
 finite result; the estimators keep their state after a rejected call.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -97,6 +99,181 @@ SPECS += [
         known={"huge": "1e30-scaled activations overflow the float32 squared error to Inf (no error)"},
     ),
     HostileSpec("to_saelens", lambda: ip.to_saelens(SAES["TopKSAE"]()), {}, (), covers=("to_saelens",)),
+]
+# ------------------------------------------------------------------------------------------ P52
+_gp = torch.Generator().manual_seed(1)
+_ACTS = torch.randn(6, 5, 4, generator=_gp)
+_ACTS[1::2, :, 0] += 2.0  # deceptive dialogues shifted along feature 0
+_MASK = torch.ones(6, 5, dtype=torch.bool)
+_MASK[:, 4] = False
+_LABELS = torch.tensor([0, 1, 0, 1, 0, 1])
+_TA = ip.TokenActs(_ACTS, _MASK, _LABELS)
+_CTRL = ip.TokenActs(torch.randn(4, 5, 4, generator=_gp), _MASK[:4], torch.full((4,), -1))
+_TOKENS = torch.randn(12, 4, generator=_gp)
+_TOKENS[6:, 0] += 2.0
+_TOKEN_Y = np.r_[np.zeros(6, dtype=np.int64), np.ones(6, dtype=np.int64)]
+PROBES = {
+    "LogisticProbe": lambda: ip.LogisticProbe(),
+    "MeanDiffProbe": lambda: ip.MeanDiffProbe(),
+    "LATProbe": lambda: ip.LATProbe(seed=0),
+    "LDAProbe": lambda: ip.LDAProbe(),
+}
+HUGE_FIT = "1e30-scaled activations: the scale-equivariant direction is still finite"
+LABELS_AS_STR = "string labels '0'/'1' are valid scikit-learn classes (the greater one is deceptive)"
+NO_DTYPE = ("nan", "posinf", "neginf", "empty", "extra_dim", "missing_dim", "constant", "huge")
+SMALL_CTRL = "only 4 control dialogues: the documented warning (fewer than 1/fpr), a finite threshold"
+
+
+def _fit_tokens(cls: str):
+    def setup():
+        probe = PROBES[cls]()
+        return probe.fit, {"X": _TOKENS, "y": _TOKEN_Y}, probe
+
+    return setup
+
+
+def _fitted(cls: str, method: str):
+    def setup():
+        probe = PROBES[cls]().fit(_TOKENS, _TOKEN_Y)
+        return getattr(probe, method), {"X": _TOKENS}, probe
+
+    return setup
+
+
+def _fit_dialogues(cls: str):
+    def setup():
+        probe = PROBES[cls]()
+        return probe.fit, {"X": [_ACTS[i, :4] for i in range(6)], "y": _LABELS}, probe
+
+    return setup
+
+
+for _cls in PROBES:
+    SPECS += [
+        HostileSpec(
+            f"{_cls}.fit",
+            setup=_fit_tokens(_cls),
+            arrays=("X",),
+            covers=(_cls,),
+            allow={"huge": HUGE_FIT},
+        ),
+        # y's dtype variant (string labels) is a valid scikit-learn target: test_string_labels covers it.
+        HostileSpec(
+            f"{_cls}.fit(y)",
+            setup=_fit_tokens(_cls),
+            arrays=("y",),
+            covers=(_cls,),
+            kinds=NO_DTYPE,
+        ),
+        HostileSpec(
+            f"{_cls}.fit(dialogues)",
+            setup=_fit_dialogues(_cls),
+            arrays=(("X", 0),),
+            covers=(_cls,),
+            allow={"huge": HUGE_FIT, "constant": "one constant dialogue among varying ones is data"},
+        ),
+        HostileSpec(
+            f"{_cls}.fit(dialogues, y)",
+            setup=_fit_dialogues(_cls),
+            arrays=("y",),
+            covers=(_cls,),
+            kinds=NO_DTYPE,
+        ),
+        HostileSpec(
+            f"{_cls}.decision_function",
+            setup=_fitted(_cls, "decision_function"),
+            arrays=("X",),
+            covers=(_cls,),
+            allow={"constant": CONST_OK, "huge": "a linear score of a finite input is finite"},
+        ),
+        HostileSpec(
+            f"{_cls}.score_tokens",
+            setup=_fitted(_cls, "score_tokens"),
+            arrays=("X",),
+            covers=(_cls,),
+            allow={
+                "constant": CONST_OK,
+                "huge": "a linear score of a finite input is finite",
+                "missing_dim": "X [..., d]: one token",
+                "extra_dim": "never: the last dimension must be d",
+                "empty:0": "no tokens score to an empty array",
+            },
+        ),
+    ]
+SPECS += [
+    HostileSpec(
+        "TokenActs",
+        ip.TokenActs,
+        {"acts": _ACTS, "mask": _MASK, "labels": _LABELS},
+        ("acts", "mask", "labels"),
+        allow={
+            "acts:constant": CONST_OK,
+            "acts:huge": "activations are stored as given",
+            "mask:constant": "all-True mask",
+            "labels:constant": "one label for all dialogues is valid data (e.g. a control set)",
+            "labels:dtype": "integer-valued float labels are accepted as ints",
+        },
+    ),
+    HostileSpec(
+        "score_dialogues",
+        lambda acts: ip.score_dialogues(ip.MeanDiffProbe().fit(_TA), acts),
+        {"acts": _TA},
+        (),
+    ),
+    HostileSpec(
+        "aggregate_token_scores",
+        ip.aggregate_token_scores,
+        {"token_scores": np.arange(6.0), "lengths": np.array([2, 1, 3])},
+        ("token_scores", "lengths"),
+        allow={
+            "lengths:constant": "equal lengths that sum to len(token_scores) are valid",
+            "token_scores:constant": CONST_OK,
+            "token_scores:huge": "means of finite scores are finite",
+        },
+    ),
+    HostileSpec(
+        "threshold_at_fpr",
+        ip.threshold_at_fpr,
+        {"control_scores": np.linspace(0.0, 1.0, 200), "fpr": 0.01},
+        ("control_scores", "fpr"),
+        allow={"control_scores:constant": CONST_OK, "control_scores:huge": "a quantile of finite scores"},
+    ),
+    HostileSpec(
+        "auroc",
+        ip.auroc,
+        {"labels": np.array([0, 1, 0, 1, 1]), "scores": np.array([0.1, 0.9, 0.3, 0.4, 0.8])},
+        ("labels", "scores"),
+        allow={"scores:constant": "tied scores: AUROC 0.5", "scores:huge": "ranks of finite scores"},
+    ),
+    HostileSpec(
+        "evaluate_probe",
+        lambda eval_acts, control_acts: ip.evaluate_probe(
+            ip.LogisticProbe().fit(_TA), eval_acts, control_acts
+        ),
+        {"eval_acts": _TA, "control_acts": _CTRL},
+        (),
+    ),
+    HostileSpec(
+        "detection_mask_from_offsets",
+        ip.detection_mask_from_offsets,
+        {"offsets": np.array([[0, 0], [0, 3], [4, 7], [8, 9]]), "spans": [(4, 9)]},
+        ("offsets",),
+        allow={
+            "offsets:constant": "zero-width tokens: an empty mask",
+            "offsets:empty:0": "no tokens: an empty mask",
+        },
+    ),
+    HostileSpec("instructed_pairs", ip.instructed_pairs, {"facts": ["The sky is blue on a clear day."]}, ()),
+    HostileSpec(
+        "split_last_words", ip.split_last_words, {"text": "one two three four five six", "n_words": 5}, ()
+    ),
+    HostileSpec(
+        "DeceptionSimulator.sample",
+        lambda n: ip.DeceptionSimulator(d=8, seed=0).sample(n, "eval", seed=0),
+        {"n": 4},
+        (),
+        covers=("DeceptionSimulator",),
+    ),
 ]
 EXCLUDED = {
     "from_saelens": "loads a SAELens state dict + cfg; the dict's tensors are checked by its own tests "

@@ -5,7 +5,28 @@ implemented paper is re-exported here.
 """
 
 from importlib.metadata import version as _distribution_version
+from typing import Any
 
+from icml25.interpretability.deception_probes import (
+    AGGREGATIONS,
+    CONTROL,
+    DECEPTIVE,
+    HONEST,
+    DeceptionSimulator,
+    LATProbe,
+    LDAProbe,
+    LogisticProbe,
+    MeanDiffProbe,
+    TokenActs,
+    aggregate_token_scores,
+    auroc,
+    detection_mask_from_offsets,
+    evaluate_probe,
+    instructed_pairs,
+    score_dialogues,
+    split_last_words,
+    threshold_at_fpr,
+)
 from icml25.interpretability.sae import (
     ActivationNormalizer,
     BatchTopKSAE,
@@ -23,7 +44,23 @@ from icml25.interpretability.sae import (
 
 __version__ = _distribution_version("icml25-interpretability")
 
-__all__ = [
+# The transformers integration of P52 (extra `[hf]`) is one lazy hop away, so that `import
+# icml25.interpretability` never imports transformers; its names are left out of __all__ so that
+# `from icml25.interpretability import *` works without it.
+_HF = ("extract_activations", "extract_hidden_states", "format_dialogue", "tokenize_dialogue")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HF:
+        from icml25.interpretability.deception_probes import hf
+
+        return getattr(hf, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [  # noqa: RUF022 (grouped by paper)
+    "__version__",
+    # P22 Matryoshka SAE
     "ActivationNormalizer",
     "BatchTopKSAE",
     "MatryoshkaKSAE",
@@ -31,10 +68,28 @@ __all__ = [
     "ReLUSAE",
     "SparseAutoencoder",
     "TopKSAE",
-    "__version__",
     "from_saelens",
     "pareto_curve",
     "sae_metrics",
     "to_saelens",
     "train_sae",
+    # P52 deception probes
+    "AGGREGATIONS",
+    "CONTROL",
+    "DECEPTIVE",
+    "HONEST",
+    "DeceptionSimulator",
+    "LATProbe",
+    "LDAProbe",
+    "LogisticProbe",
+    "MeanDiffProbe",
+    "TokenActs",
+    "aggregate_token_scores",
+    "auroc",
+    "detection_mask_from_offsets",
+    "evaluate_probe",
+    "instructed_pairs",
+    "score_dialogues",
+    "split_last_words",
+    "threshold_at_fpr",
 ]
