@@ -52,6 +52,44 @@ def _denoise():
     )
 
 
+def _level_accuracy():
+    th = _fitted_thermalizer()[2]
+    return (
+        (lambda x: th.level_accuracy(x, [0, 3], generator=torch.Generator().manual_seed(0))),
+        {"x": _SNAP[:4]},
+        th,
+    )
+
+
+def _select_levels():
+    th = _fitted_thermalizer()[2]
+    em = _fitted_emulator()[2]
+    return (
+        (
+            lambda ics: gm.select_levels(
+                em,
+                th,
+                ics,
+                [(3, 1), (5, 2)],
+                horizon=3,
+                window=2,
+                band=(1e-3, 1e3),
+                log_ref=np.zeros(5),
+                modes=np.arange(1, 5),
+                noise_limit=None,
+                seed=0,
+            )
+        ),
+        {"ics": _SNAP[:3]},
+        None,
+    )
+
+
+_TRAJ = np.random.default_rng(1).normal(size=(2, 5, 8))
+UNSTABLE = "a non-finite or out-of-band energy is an unstable rollout: False, the function's purpose"
+BLOWN_UP = kt.Allow("a blown-up segment (non-finite or |x| >= 1e6) gets inf, as documented", finite=False)
+
+
 def _rollout():
     th = _fitted_thermalizer()[2]
     em = _fitted_emulator()[2]
@@ -74,8 +112,20 @@ def _rollout():
 
 
 def _tarflow():
-    torch.manual_seed(0)
-    return gm.TarFlow(1, 4, 2, width=16, num_blocks=1, layers_per_block=1, head_dim=8)
+    return gm.TarFlow(1, 4, 2, width=16, num_blocks=1, layers_per_block=1, head_dim=8, seed=0)
+
+
+def _coupling_flow():
+    return gm.CouplingFlow(1, 4, hidden=8, steps_per_level=1, levels=1, seed=0)
+
+
+def _train_flow():
+    model = _tarflow()
+    return (
+        lambda x_train: gm.train_flow(model, x_train, steps=2, batch_size=2, noise_std=0.1, seed=0),
+        {"x_train": _IMG},
+        model,
+    )
 
 
 _IMG = torch.randn(2, 1, 4, 4, generator=_g)
@@ -135,6 +185,21 @@ SPECS = [
         known={"huge": "1e30-scaled images overflow the flow to Inf (a warning is given; no error yet)"},
     ),
     HostileSpec(
+        "CouplingFlow.log_prob",
+        lambda x: _coupling_flow().log_prob(x),
+        {"x": _IMG},
+        ("x",),
+        allow={"constant": CONST_OK, "empty:0": "an empty batch has an empty log-density"},
+        known={"huge": "1e30-scaled images overflow the flow to Inf (no error yet), as for TarFlow"},
+        covers=("CouplingFlow",),
+    ),
+    HostileSpec(
+        "train_flow",
+        setup=_train_flow,
+        arrays=("x_train",),
+        allow={"constant": "a constant training set is valid: the flow fits a narrow density"},
+    ),
+    HostileSpec(
         "energy_spectrum",
         gm.energy_spectrum,
         {"x": np.random.default_rng(0).normal(size=(4, 8))},
@@ -174,8 +239,59 @@ SPECS = [
         allow={"constant": CONST_OK},
     ),
     HostileSpec("KSETDRK4", gm.KSETDRK4, {"L": 22.0, "N": 16, "dt": 0.05}, ("L", "dt")),
+    HostileSpec(
+        "Thermalizer.level_accuracy",
+        setup=_level_accuracy,
+        arrays=("x",),
+        allow={"constant": CONST_OK, "huge": "a finite state gets a level (the classifier saturates)"},
+        covers=("Thermalizer",),
+    ),
+    HostileSpec(
+        "stability_band",
+        gm.stability_band,
+        {"trajectories": _TRAJ},
+        ("trajectories",),
+        allow={
+            "constant": "a constant non-zero field has a constant energy: a valid (narrow) band",
+            "extra_dim": "(n_traj, n_steps, *event): a trailing axis of length 1 is a valid event axis",
+        },
+    ),
+    HostileSpec(
+        "stable_mask",
+        gm.stable_mask,
+        {"energy": np.abs(_TRAJ[0]) + 0.5, "band": (0.1, 10.0)},
+        ("energy",),
+        allow={**dict.fromkeys(("nan", "posinf", "neginf", "huge"), UNSTABLE), "constant": CONST_OK},
+    ),
+    HostileSpec("spectral_reference", gm.spectral_reference, {"trajectories": _TRAJ}, ("trajectories",)),
+    HostileSpec(
+        "spectrum_rmse",
+        gm.spectrum_rmse,
+        {"segments": _TRAJ, "log_ref": np.zeros(5), "modes": np.arange(1, 5)},
+        ("segments", "log_ref"),
+        allow={
+            **{f"segments:{kind}": BLOWN_UP for kind in ("nan", "posinf", "neginf", "huge")},
+            "segments:constant": kt.Allow("a constant segment has no power on the modes: inf", finite=False),
+            "log_ref:constant": CONST_OK,
+        },
+    ),
+    HostileSpec(
+        "choose_levels", gm.choose_levels, {"scores": {(4, 1): (1.0, 0.3, 0.2), (6, 2): (1.0, 0.05, 0.4)}}, ()
+    ),
+    HostileSpec(
+        "select_levels",
+        setup=_select_levels,
+        arrays=("ics",),
+        allow={
+            "constant": kt.Allow("constant states are rolled out (and thermalized) like any", finite=False),
+            "huge": kt.Allow("huge states blow up: stable 0, spectrum RMSE inf (documented)", finite=False),
+        },
+    ),
 ]
-EXCLUDED = {"RolloutResult": "a result container built by thermalized_rollout, not a user entry point"}
+EXCLUDED = {
+    "RolloutResult": "a result container built by thermalized_rollout, not a user entry point",
+    "TrainResult": "a result container returned by train_flow, not a user entry point",
+}
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)

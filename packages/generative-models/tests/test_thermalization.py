@@ -25,8 +25,14 @@ from icml25.generative_models.thermalizer import (
     ResidualEmulator,
     SpectralLevelHead1d,
     Thermalizer,
+    choose_levels,
     cosine_beta_schedule,
     periodic_symmetry_augment,
+    select_levels,
+    spectral_reference,
+    spectrum_rmse,
+    stability_band,
+    stable_mask,
     thermalized_rollout,
 )
 
@@ -338,6 +344,28 @@ def test_residual_emulator_starts_as_identity_and_learns_a_linear_map():
     assert float(err) < 1e-3 * float((traj[:, :-1] - traj[:, 1:]).pow(2).mean()) + 1e-4
 
 
+def test_residual_emulator_multi_step_loss():
+    # rollout = 2: the loss is the mean of the one- and two-step MSEs of the autoregressive prediction,
+    # so a map that is exact for one step is exact for both, and a rejected rollout leaves no trace.
+    traj = torch.zeros(4, 12, 3)
+    traj[:, 0] = torch.randn(4, 3, generator=torch.Generator().manual_seed(0)) + 2
+    for n in range(1, 12):
+        traj[:, n] = 0.8 * traj[:, n - 1]
+    torch.manual_seed(0)
+    emu = ResidualEmulator(MLP(3, 3, 32, 2, zero_out=True))
+    emu.fit(traj, n_iter=400, batch_size=32, lr=3e-3, rollout=2)
+    with torch.no_grad():
+        two = emu(emu(traj[:, :-2]))
+    scale = float(traj[:, 2:].pow(2).mean())
+    assert float((two - traj[:, 2:]).pow(2).mean()) < 1e-3 * scale
+    before = {k: v.clone() for k, v in emu.state_dict().items()}
+    with pytest.raises(ValueError, match=r"at least rollout \+ 1 = 13 steps"):
+        emu.fit(traj, n_iter=2, rollout=12)
+    with pytest.raises(ValueError, match="rollout must be an int >= 1"):
+        emu.fit(traj, n_iter=2, rollout=0)
+    assert all(torch.equal(before[k], v) for k, v in emu.state_dict().items())
+
+
 # --------------------------------------------------------------------------------------------------------
 # Symmetries and conserved mean
 # --------------------------------------------------------------------------------------------------------
@@ -400,9 +428,10 @@ def test_mean_free_thermalizer_and_mean_conserving_emulator_keep_the_spatial_mea
 # --------------------------------------------------------------------------------------------------------
 
 
-def test_level_classifier_recovers_injected_level_on_held_out_ks_snapshots():
-    # Acceptance: the level head, trained with the DDPM loss on clean KS snapshots only, recovers the
-    # level injected into held-out snapshots (brief: within ±2 at >= 80%). Spectral head: cheap to train.
+def test_spectral_level_head_recovers_injected_level_on_held_out_ks_snapshots():
+    # The library's SpectralLevelHead1d (not the reproduction's head, which test_quick_reproduction checks
+    # as trained by the run), trained with the DDPM loss on clean KS snapshots only, recovers the level
+    # injected into held-out snapshots (brief: within ±2 at >= 80%).
     torch.manual_seed(0)
     train = ks_simulate(8, 200, dt=0.25, substeps=4, spinup=100, seed=11).reshape(-1, 64)
     held = torch.from_numpy(ks_simulate(4, 50, dt=0.25, substeps=4, spinup=100, seed=12).reshape(-1, 64))
@@ -441,7 +470,11 @@ def test_quick_reproduction(quick_report):
     assert 0.001 <= m["fire_rate"] <= 0.5
     assert m["mse_first5"] <= 1.5 * m["baseline_mse_first5"]
     assert m["spectrum_rmse"] > 2 * m["truth_spectrum_rmse"]
+    # The level head the run uses (ConvLevelHead1d, trained inside the run) on held-out test snapshots,
+    # within ±2 of the injected level: the brief's >= 80% holds at k = 0 and 2 and is missed at k = 5 and
+    # 10 (quick budget; measured 0.90 / 0.90 / 0.33 / 0.69, seed 0), where firing decides.
     assert m["level_acc_pm2_k0"] >= 0.8 and m["level_acc_pm2_k2"] >= 0.8
+    assert m["level_acc_pm2_k5"] < 0.8 and m["level_acc_pm2_k10"] < 0.8
     assert len(quick_report.figures) == 1 and quick_report.figures[0].stat().st_size > 1000
 
 
@@ -462,8 +495,6 @@ def test_quick_gate_fails_for_a_thermalizer_that_never_fires(monkeypatch):
 
 
 def test_level_selection_rule():
-    from icml25.generative_models.experiments.thermalization import choose_levels
-
     # {pair: (stable fraction, firing rate, spectrum RMSE)}
     scores = {
         (2, 0): (1.0, 0.60, 0.10),  # best spectrum but fires too often: inadmissible
@@ -481,8 +512,6 @@ def test_level_selection_rule():
 
 
 def test_select_levels_scores_every_candidate():
-    from icml25.generative_models.experiments.thermalization import select_levels
-
     th = oracle_thermalizer(T=50, level=5)  # constant k̂ = 5: fires iff s_init < 5
     x0 = torch.randn(3, 8) * 0.5
     kw = dict(band=(1e-3, 1e3), log_ref=np.zeros(5), modes=np.arange(5), noise_limit=None, seed=0)
@@ -493,3 +522,96 @@ def test_select_levels_scores_every_candidate():
         select_levels(nn.Identity(), th, x0, [], horizon=6, window=3, **kw)
     with pytest.raises(ValueError, match=r"window must be in \(0, horizon=6\], got 7"):
         select_levels(nn.Identity(), th, x0, [(6, 2)], horizon=6, window=7, **kw)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Rollout diagnostics (library functions behind the reproduction's checks)
+# --------------------------------------------------------------------------------------------------------
+
+
+def test_stability_band_and_stable_mask():
+    # Energies mean(x²) of 2 trajectories x 500 steps are exactly 1, 2, ..., 1000 (in a random order), so
+    # the band is [0.5·q_0.1%, 1.5·q_99.9%] of that set.
+    energy = np.random.default_rng(0).permutation(np.arange(1.0, 1001.0)).reshape(2, 500)
+    traj = np.sqrt(energy)[..., None] * np.ones(4)  # (2, 500, 4), every point x² = energy
+    lo, hi = stability_band(traj)
+    assert lo == pytest.approx(0.5 * np.quantile(np.arange(1.0, 1001.0), 0.001))
+    assert hi == pytest.approx(1.5 * np.quantile(np.arange(1.0, 1001.0), 0.999))
+    e = np.array([[1.0, 5.0, 9.0], [1.0, np.nan, 2.0], [1.0, 2.0, 1e9], [0.1, 1.0, 1.0]])
+    assert stable_mask(e, (0.5, 10.0)).tolist() == [True, False, False, False]
+    assert stable_mask(torch.tensor(e), (0.5, 10.0)).tolist() == [True, False, False, False]
+    with pytest.raises(ValueError, match="band must be a pair"):
+        stable_mask(e, (10.0, 0.5))
+    with pytest.raises(ValueError, match=r"energy must have shape \(B, n_steps\)"):
+        stable_mask(e[..., None], (0.5, 10.0))
+    with pytest.raises(ValueError, match="trajectories must be finite"):
+        stability_band(np.full((2, 3, 4), np.nan))
+
+
+def test_spectrum_rmse_against_a_known_spectrum():
+    # Single-mode fields a·cos(2πmx/N) have power a²N/4 at mode m; a reference built from amplitude 1 and
+    # segments of amplitude e gives a log-power error of exactly 2·log e on that mode.
+    n, x = 16, np.arange(16)
+    ref_traj = np.cos(2 * np.pi * 3 * x / n) + 0.5 * np.cos(2 * np.pi * 5 * x / n)
+    log_ref, modes = spectral_reference(np.broadcast_to(ref_traj, (2, 4, n)).copy())
+    assert modes.tolist() == [3, 5]
+    seg = np.stack([np.broadcast_to(ref_traj, (3, n)), np.broadcast_to(np.e * ref_traj, (3, n))])
+    blown = np.full((1, 3, n), np.nan)
+    out = spectrum_rmse(np.concatenate([seg, blown]), log_ref, modes)
+    np.testing.assert_allclose(out[:2], [0.0, 2.0], atol=1e-12)
+    assert out[2] == np.inf  # a blown-up rollout is infinitely far from the climatology
+    with pytest.raises(ValueError, match="modes must be a non-empty"):
+        spectrum_rmse(seg, log_ref, np.array([9]))
+    with pytest.raises(ValueError, match=r"log_ref must be a float array of shape \(9,\)"):
+        spectrum_rmse(seg, log_ref[:5], modes)
+
+
+def test_level_accuracy_of_an_exact_classifier():
+    # A classifier that reads the noise level off the state's norm (data: zeros, so x_k has norm
+    # sqrt((1 − ᾱ_k)·d)) is exact at every level; one stuck at level 0 is right only within the tolerance.
+    T, d = 50, 65536
+
+    class NormLevel(nn.Module):
+        def __init__(self, sigmas: torch.Tensor):
+            super().__init__()
+            self.register_buffer("sigmas", sigmas)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            s = x.pow(2).mean(-1).sqrt()[:, None]
+            return -(s - self.sigmas[None]).abs()
+
+    th = Thermalizer(nn.Identity(), nn.Identity(), T=T)
+    th.level_head = NormLevel((1 - th.alpha_bar).sqrt())
+    x = torch.zeros(16, d)
+    acc = th.level_accuracy(x, [0, 5, 20], tolerance=0, generator=torch.Generator().manual_seed(0))
+    assert acc == {0: 1.0, 5: 1.0, 20: 1.0}
+    stuck = oracle_thermalizer(T=T, level=0)
+    assert stuck.level_accuracy(torch.randn(8, 8), [0, 2, 3], tolerance=2) == {0: 1.0, 2: 1.0, 3: 0.0}
+    with pytest.raises(ValueError, match=r"levels\[i\] must be an int in \[0, 50\)"):
+        th.level_accuracy(x, [50])
+    with pytest.raises(ValueError, match="tolerance must be an int >= 0"):
+        th.level_accuracy(x, [1], tolerance=-1)
+
+
+def test_library_calls_leave_the_global_rng_alone():
+    from icml25.kernels.rng import global_rng_state
+
+    emu = ResidualEmulator(MLP(8, 8, 16, 2), sigma=0.1)
+    th = Thermalizer(MLP(8, 8, 16, 2), MLP(8, 20, 16, 2), T=20)
+    data = torch.randn(4, 10, 8, generator=torch.Generator().manual_seed(0))
+    before = global_rng_state()
+    emu.fit(data, n_iter=2, batch_size=4, seed=1, augment=periodic_symmetry_augment)
+    th.fit(data.reshape(-1, 8), n_iter=2, batch_size=4, seed=1, augment=periodic_symmetry_augment)
+    res = thermalized_rollout(emu, th, data[:, 0], 3, s_init=3, s_stop=1, generator=torch.Generator())
+    th.level_accuracy(data[:, 0], [1, 5], generator=torch.Generator())
+    assert global_rng_state() == before
+    assert res.states.shape == (4, 4, 8)
+
+
+def test_experiment_module_command_line(capsys):
+    from icml25.generative_models.experiments.thermalization import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert exit_info.value.code == 0 and "--full" in out and "--seed" in out and "--out" in out

@@ -1,4 +1,4 @@
-"""Thermalizer: Stable autoregressive neural emulation of spatiotemporal chaos — ICML 2025 — P02.
+"""Thermalizer: Stable autoregressive neural emulation of spatiotemporal chaos — ICML 2025, P02: KS and Lorenz-96 solvers.
 
 Reference chaotic systems used to train and test emulators and thermalizers (Pedersen, Zanna & Bruna,
 arXiv 2503.18731): the 1D Kuramoto–Sivashinsky equation on a periodic domain, solved with the ETDRK4

@@ -1,6 +1,6 @@
-"""Normalizing Flows are Capable Generative Models (TarFlow) — ICML 2025 — P33.
+"""Normalizing Flows are Capable Generative Models — ICML 2025, P33: TarFlow, the model and its training loop.
 
-TarFlow (Zhai et al., arXiv 2412.06329) is a Masked Autoregressive Flow whose conditioner is a causal
+TarFlow (Zhai et al., arXiv 2412.06329; official code ``apple/ml-tarflow``) is a Masked Autoregressive Flow whose conditioner is a causal
 Transformer over image patches. An image ``x`` of shape ``(C, H, W)`` is cut into ``N = (H/p)(W/p)``
 patch tokens of dimension ``d = C p^2``; ``T`` flow blocks follow, each one
 
@@ -13,6 +13,13 @@ volume-preserving ``nvp=False`` variant). Training is exact maximum likelihood (
 sampling inverts each block token by token with a KV cache, optionally with classifier-free guidance; and
 samples of a model trained on Gaussian-noised data are cleaned by one Tweedie step
 ``x + sigma^2 grad_x log p_sigma(x)`` through the flow's own density (:meth:`TarFlow.denoise`).
+:func:`train_flow` is the maximum-likelihood training loop (AdamW, one-epoch warm-up then cosine, fresh
+noise augmentation per batch, early stopping on a validation likelihood) for a TarFlow or any flow with an
+exact ``log_prob``.
+
+Randomness never comes from the caller's global generators: the constructor takes ``seed=`` (parameter
+initialisation under a seeded fork, :func:`icml25.kernels.rng.isolated_rng`), and sampling, label dropout
+and training take ``seed=`` / ``generator=``.
 
 Shapes used below: ``B`` batch, ``C`` channels, ``H x W`` image, ``p`` patch size, ``N`` tokens,
 ``d = C p^2`` token dimension, ``D = C H W`` data dimension, ``w`` transformer width.
@@ -20,15 +27,21 @@ Shapes used below: ``B`` batch, ``C`` channels, ``H x W`` image, ``p`` patch siz
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import math
+import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["TarFlow", "tarflow_loss"]
+from icml25.kernels.experiment import progress
+from icml25.kernels.rng import isolated_rng, make_generator
+
+__all__ = ["TarFlow", "TrainResult", "tarflow_loss", "train_flow"]
 
 # |x| beyond this is certainly not data scaled to [-1, 1], even with noise augmentation or the tails of
 # raw samples (e.g. [0, 255] pixels): warn once per model.
@@ -276,16 +289,19 @@ class TarFlow(nn.Module):
             variance (False; the variance is an EMA of ``z^2`` updated by :meth:`update_prior`).
         num_classes: > 0 adds a class embedding per block (label ``-1`` or ``None`` = unconditional, the
             mean embedding); 0 for an unconditional model.
+        seed: seed of the parameter initialisation, drawn from a seeded fork of torch's global generator
+            (the caller's stream is left untouched); None initialises from the global generator, as every
+            ``nn.Module`` does.
 
     Data is expected in ``[-1, 1]`` (plus any noise augmentation). ``forward`` maps images ``(B, C, H, W)``
     to latent tokens ``(B, N, d)`` and the per-sample log-determinant (a **sum** over all ``D`` dims).
 
     Example:
-        >>> model = TarFlow(1, 8, 2, width=32, num_blocks=2, layers_per_block=1, head_dim=16)
+        >>> model = TarFlow(1, 8, 2, width=32, num_blocks=2, layers_per_block=1, head_dim=16, seed=0)
         >>> x = torch.rand(4, 1, 8, 8) * 2 - 1
         >>> model.log_prob(x).shape
         torch.Size([4])
-        >>> model.sample(3).shape
+        >>> model.sample(3, seed=0).shape
         torch.Size([3, 1, 8, 8])
     """
 
@@ -303,6 +319,8 @@ class TarFlow(nn.Module):
         head_dim: int = 64,
         nvp: bool = True,
         num_classes: int = 0,
+        *,
+        seed: int | None = None,
     ) -> None:
         super().__init__()
         _check_positive_int("in_channels", in_channels)
@@ -337,19 +355,20 @@ class TarFlow(nn.Module):
         self.num_classes = num_classes
         self.num_tokens = (height // patch_size) * (wid // patch_size)
         self.token_dim = in_channels * patch_size**2
-        self.blocks = nn.ModuleList(
-            _FlowBlock(
-                self.token_dim,
-                self.num_tokens,
-                width,
-                layers_per_block,
-                head_dim,
-                flip=t % 2 == 1,
-                nvp=nvp,
-                num_classes=num_classes,
+        with isolated_rng(seed) if seed is not None else contextlib.nullcontext():
+            self.blocks = nn.ModuleList(
+                _FlowBlock(
+                    self.token_dim,
+                    self.num_tokens,
+                    width,
+                    layers_per_block,
+                    head_dim,
+                    flip=t % 2 == 1,
+                    nvp=nvp,
+                    num_classes=num_classes,
+                )
+                for t in range(num_blocks)
             )
-            for t in range(num_blocks)
-        )
         # Prior variance per latent dimension: fixed at 1 for the affine flow; EMA-learned for nvp=False.
         self.register_buffer("prior_var", torch.ones(self.num_tokens, self.token_dim))
         self._warned_range = False
@@ -523,6 +542,8 @@ class TarFlow(nn.Module):
         temperature: float = 1.0,
         attn_temp: float = 1.0,
         generator: torch.Generator | None = None,
+        *,
+        seed: int | None = None,
     ) -> Tensor:
         """Draw ``n`` images ``(n, C, H, W)``: ``z ~ N(0, temperature^2 prior_var)``, then :meth:`inverse`.
 
@@ -534,15 +555,16 @@ class TarFlow(nn.Module):
                 (required ``!= 1`` for unconditional models, as in the reference).
             annealed: scale ``w`` by ``(i + 1) / (N - 1)`` along the tokens.
             temperature: standard deviation multiplier of the prior noise.
-            generator: torch generator for the prior noise.
+            generator: torch generator for the prior noise (on the model's device).
+            seed: seed of a fresh generator when ``generator`` is None; with neither, a nondeterministic
+                one. The global generator is never used.
         """
         _check_positive_int("n", n)
         if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0:
             raise ValueError(f"temperature must be a float >= 0, got {temperature!r}")
         var = self.prior_var  # (N, d); ones for the affine flow
-        z = torch.randn(
-            n, self.num_tokens, self.token_dim, generator=generator, device=var.device, dtype=var.dtype
-        )
+        gen = make_generator(seed, generator, device=var.device)
+        z = torch.randn(n, self.num_tokens, self.token_dim, generator=gen, device=var.device, dtype=var.dtype)
         z = (z * temperature * var.sqrt()).to(next(self.parameters()).dtype)
         return self.inverse(z, y, guidance=guidance, annealed=annealed, attn_temp=attn_temp)
 
@@ -575,7 +597,14 @@ class TarFlow(nn.Module):
         return (x + step_scale * noise_std**2 * self.score(x, y)).detach()
 
 
-def tarflow_loss(model: TarFlow, x: Tensor, y: Tensor | None = None, label_drop: float = 0.0) -> Tensor:
+def tarflow_loss(
+    model: TarFlow,
+    x: Tensor,
+    y: Tensor | None = None,
+    label_drop: float = 0.0,
+    *,
+    generator: torch.Generator | None = None,
+) -> Tensor:
     """Training loss: per-dimension NLL without the Gaussian constant, ``0.5 mean(z^2) - mean(logdet)/D``.
 
     Equal to ``-mean(log_prob)/D - 0.5 log(2 pi)`` for an affine model (unit prior). For the
@@ -588,6 +617,8 @@ def tarflow_loss(model: TarFlow, x: Tensor, y: Tensor | None = None, label_drop:
         x: ``(B, C, H, W)`` training images (already noise-augmented or dequantized).
         y: ``(B,)`` labels for a conditional model, else None.
         label_drop: probability in ``[0, 1]`` of dropping each label.
+        generator: torch generator of the label dropout (None: a fresh nondeterministic one; the global
+            generator is never used).
     """
     if not isinstance(model, TarFlow):
         raise TypeError(f"model must be a TarFlow, got {type(model).__name__}")
@@ -595,7 +626,8 @@ def tarflow_loss(model: TarFlow, x: Tensor, y: Tensor | None = None, label_drop:
         raise ValueError(f"label_drop must be a float in [0, 1], got {label_drop!r}")
     if y is not None and label_drop > 0:
         model._check_y(y, x.shape[0])
-        drop = torch.rand(y.shape, device=y.device) < label_drop
+        gen = make_generator(generator=generator, device=y.device)
+        drop = torch.rand(y.shape, generator=gen, device=y.device) < label_drop
         y = torch.where(drop, torch.full_like(y, -1), y)
     if isinstance(x, Tensor) and x.dim() >= 1 and x.shape[0] == 0:
         raise ValueError(f"x must hold at least one sample (the loss is a mean), got shape {tuple(x.shape)}")
@@ -603,3 +635,182 @@ def tarflow_loss(model: TarFlow, x: Tensor, y: Tensor | None = None, label_drop:
     if model.training:
         model.update_prior(z)
     return 0.5 * z.pow(2).mean() - logdet.mean() / model.data_dim
+
+
+# ----------------------------------------------------------------------------------------------------
+# Training loop.
+# ----------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TrainResult:
+    """What :func:`train_flow` did. The model itself is trained in place."""
+
+    steps: int
+    """Optimiser steps taken."""
+    best_step: int
+    """Step whose parameters the model holds at the end (the last step without validation data)."""
+    best_val_nll: float | None
+    """Validation NLL of those parameters in nats/dim (None without validation data)."""
+    final_loss: float
+    """Training loss of the last batch (per-dim NLL without the Gaussian constant for a TarFlow)."""
+    seconds: float
+    """Wall time of the loop, validation included."""
+    val_history: list[tuple[int, float]] = field(default_factory=list)
+    """``(step, validation NLL in nats/dim)`` at every evaluation."""
+
+
+def _check_images(x: object, name: str, allow_none: bool = False) -> Tensor | None:
+    """A finite, non-empty float tensor of images ``(n, ...)`` scaled to about [-1, 1]."""
+    if x is None and allow_none:
+        return None
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of images (n, C, H, W), got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
+    if x.dim() != 4:
+        raise ValueError(f"{name} must have shape (n, C, H, W), got {tuple(x.shape)}")
+    if x.numel() == 0:
+        raise ValueError(f"{name} must hold at least one non-empty image, got shape {tuple(x.shape)}")
+    peak = x.detach().abs().amax().item()
+    if not math.isfinite(peak):
+        raise ValueError(
+            f"{name} must be finite; got {int(torch.isnan(x).sum())} NaN and {int(torch.isinf(x).sum())} "
+            f"Inf values in a tensor of shape {tuple(x.shape)}"
+        )
+    if peak > _TRAIN_RANGE_LIMIT:
+        raise ValueError(
+            f"{name} must be images scaled to about [-1, 1] (max |x| <= {_TRAIN_RANGE_LIMIT:g}), got max |x| = "
+            f"{peak:.3g}"
+        )
+    return x
+
+
+# Training data beyond this magnitude is certainly not scaled to [-1, 1] and overflows the flow.
+_TRAIN_RANGE_LIMIT = 1e3
+
+
+def _check_number(name: str, value: object, low: float, low_open: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise TypeError(f"{name} must be a finite float, got {value!r}")
+    if value < low or (low_open and value == low):
+        raise ValueError(f"{name} must be {'>' if low_open else '>='} {low:g}, got {value!r}")
+    return float(value)
+
+
+@torch.no_grad()
+def _mean_nll(model: nn.Module, x: Tensor, chunk: int = 1000) -> float:
+    """Mean ``-log p(x) / D`` in nats/dim over ``x``, evaluated ``chunk`` images at a time."""
+    total = 0.0
+    for start in range(0, len(x), chunk):
+        total += -model.log_prob(x[start : start + chunk]).sum().item()
+    return total / (len(x) * x[0].numel())
+
+
+def train_flow(
+    model: nn.Module,
+    x_train: Tensor,
+    *,
+    steps: int,
+    batch_size: int = 64,
+    lr: float = 1e-3,
+    noise_std: float = 0.0,
+    x_val: Tensor | None = None,
+    eval_every: int = 100,
+    warmup: int | None = None,
+    weight_decay: float = 1e-4,
+    clip_norm: float = 1.0,
+    seed: int | None = None,
+    generator: torch.Generator | None = None,
+    desc: str | None = None,
+) -> TrainResult:
+    """Train a flow by exact maximum likelihood on noise-augmented data; the model is trained in place.
+
+    The recipe of the reference ``train.py``: AdamW (betas 0.9, 0.95), linear warm-up then a cosine decay to
+    0, gradient-norm clipping, and a fresh Gaussian noise draw ``x + noise_std * eps`` for every batch. With
+    validation data the parameters of the best validation NLL are restored at the end (early stopping).
+    The loss is :func:`tarflow_loss` for a :class:`TarFlow` (whose volume-preserving prior it updates) and
+    ``-mean(log_prob(x)) / D`` for any other flow.
+
+    Args:
+        model: a :class:`TarFlow`, or any ``nn.Module`` with an exact ``log_prob(x) -> (B,)`` in nats.
+        x_train: ``(n, C, H, W)`` clean training images in ``[-1, 1]``.
+        steps: optimiser steps.
+        batch_size: images per step, drawn with replacement.
+        lr: peak learning rate.
+        noise_std: ``sigma`` of the Gaussian noise augmentation (0 trains on ``x_train`` as given).
+        x_val: ``(m, C, H, W)`` validation images, already noise-augmented (one fixed draw, so the
+            stopping criterion is deterministic); None trains for ``steps`` and keeps the last parameters.
+        eval_every: validation period in steps (and at the last step).
+        warmup: warm-up steps (default one epoch, ``n // batch_size``, as the reference).
+        weight_decay: AdamW weight decay.
+        clip_norm: gradient-norm clip.
+        seed: seed of a fresh generator for the batches and the noise, when ``generator`` is None (neither:
+            nondeterministic). The global generators are never used.
+        generator: torch generator for the batches and the noise (advanced by the call).
+        desc: label of a progress bar (:func:`icml25.kernels.experiment.progress`); None shows none.
+
+    Returns:
+        :class:`TrainResult`.
+    """
+    if not isinstance(model, nn.Module) or not callable(getattr(model, "log_prob", None)):
+        raise TypeError(f"model must be an nn.Module with a log_prob method, got {type(model).__name__}")
+    x_train = _check_images(x_train, "x_train")
+    x_val = _check_images(x_val, "x_val", allow_none=True)
+    if x_val is not None and x_val.shape[1:] != x_train.shape[1:]:
+        raise ValueError(
+            f"x_val must hold images of x_train's shape {tuple(x_train.shape[1:])}, got {tuple(x_val.shape)}"
+        )
+    steps = _check_positive_int("steps", steps)
+    batch_size = _check_positive_int("batch_size", batch_size)
+    eval_every = _check_positive_int("eval_every", eval_every)
+    warmup = max(1, len(x_train) // batch_size) if warmup is None else _check_positive_int("warmup", warmup)
+    lr = _check_number("lr", lr, 0.0, low_open=True)
+    noise_std = _check_number("noise_std", noise_std, 0.0)
+    weight_decay = _check_number("weight_decay", weight_decay, 0.0)
+    clip_norm = _check_number("clip_norm", clip_norm, 0.0, low_open=True)
+    gen = make_generator(seed, generator, device=x_train.device)
+
+    t0 = time.perf_counter()
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
+    decay = max(1, steps - warmup)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt,
+        lambda s: (
+            (s + 1) / warmup if s < warmup else 0.5 * (1 + math.cos(math.pi * min(1.0, (s - warmup) / decay)))
+        ),
+    )
+    is_tarflow = isinstance(model, TarFlow)
+    data_dim = x_train[0].numel()
+    best, best_state, best_step = math.inf, None, steps
+    history: list[tuple[int, float]] = []
+    loss = torch.zeros(())
+    for step in progress(range(1, steps + 1), desc=desc, disable=True if desc is None else None):
+        model.train()
+        idx = torch.randint(len(x_train), (batch_size,), generator=gen, device=x_train.device)
+        xb = x_train[idx]
+        if noise_std > 0:
+            xb = xb + noise_std * torch.randn(xb.shape, generator=gen, device=xb.device, dtype=xb.dtype)
+        loss = tarflow_loss(model, xb) if is_tarflow else -model.log_prob(xb).mean() / data_dim
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+        opt.step()
+        sched.step()
+        if x_val is not None and (step % eval_every == 0 or step == steps):
+            model.eval()
+            val = _mean_nll(model, x_val)
+            history.append((step, val))
+            if val < best:
+                best, best_state, best_step = val, copy.deepcopy(model.state_dict()), step
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    model.eval()
+    return TrainResult(
+        steps=steps,
+        best_step=best_step,
+        best_val_nll=best if x_val is not None else None,
+        final_loss=float(loss.item()),
+        seconds=time.perf_counter() - t0,
+        val_history=history,
+    )

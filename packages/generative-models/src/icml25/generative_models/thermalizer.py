@@ -1,4 +1,4 @@
-"""Thermalizer: Stable autoregressive neural emulation of spatiotemporal chaos — ICML 2025 — P02.
+"""Thermalizer: Stable autoregressive neural emulation of spatiotemporal chaos — ICML 2025, P02: models, training, rollouts.
 
 Pedersen, Zanna & Bruna (arXiv 2503.18731; code ``Chris-Pedersen/thermalizer``). An autoregressive
 emulator ``x_{n+1} = x_n + f_θ(x_n)`` of a chaotic system drifts off the invariant measure μ as small
@@ -25,13 +25,17 @@ from __future__ import annotations
 import copy
 import math
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from icml25.generative_models.systems import energy_spectrum
+from icml25.kernels.experiment import progress
+from icml25.kernels.rng import make_generator
 
 __all__ = [
     "MLP",
@@ -42,8 +46,14 @@ __all__ = [
     "RolloutResult",
     "SpectralLevelHead1d",
     "Thermalizer",
+    "choose_levels",
     "cosine_beta_schedule",
     "periodic_symmetry_augment",
+    "select_levels",
+    "spectral_reference",
+    "spectrum_rmse",
+    "stability_band",
+    "stable_mask",
     "thermalized_rollout",
 ]
 
@@ -364,12 +374,18 @@ class ResidualEmulator(nn.Module):
         self.register_buffer("field_mean", torch.tensor(float(field_mean)))
         self.register_buffer("field_std", torch.tensor(float(field_std)))
 
-    def forward(self, x: Tensor) -> Tensor:
-        """One emulator step; ``x``: ``(B, *event)`` -> ``(B, *event)``."""
+    def forward(self, x: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        """One emulator step; ``x``: ``(B, *event)`` -> ``(B, *event)``.
+
+        ``generator`` drives the step noise of a stochastic emulator (``sigma``); None draws from torch's
+        global generator, as ``torch.randn`` does.
+        """
         xn = (x - self.field_mean) / self.field_std
         yn = xn + self.increment(xn)
         if self.sigma:
-            yn = yn + self.sigma * torch.randn_like(yn)
+            yn = yn + self.sigma * torch.randn(
+                yn.shape, generator=generator, dtype=yn.dtype, device=yn.device
+            )
         return yn * self.field_std + self.field_mean
 
     def increment(self, xn: Tensor) -> Tensor:
@@ -387,22 +403,42 @@ class ResidualEmulator(nn.Module):
         seed: int = 0,
         progress: bool = False,
         augment: Callable[[Tensor, torch.Generator], Tensor] | None = None,
+        rollout: int = 1,
+        input_noise: float = 0.0,
     ) -> ResidualEmulator:
-        """Train with the one-step MSE on consecutive pairs (the paper's emulator loss).
+        """Train with the MSE of the next ``rollout`` states predicted autoregressively (default: one step).
+
+        With ``rollout = 1`` this is the one-step MSE on consecutive pairs; with ``rollout = r`` the
+        emulator is applied r times from ``x_n`` (gradients through the whole chain) and the loss is the
+        mean of the r per-step MSEs against ``x_{n+1..n+r}``, as the official code's
+        ``RolloutResidualSystem`` does (its KS notebook trains over 5 states, its Kolmogorov emulators
+        over 2): the later steps see the emulator's own errors, which teaches it to damp them.
 
         Args:
-            trajectories: ``(n_traj, n_steps, *event)`` in physical units, consecutive emulator steps.
+            trajectories: ``(n_traj, n_steps, *event)`` in physical units, consecutive emulator steps
+                (``n_steps > rollout``).
             n_iter: optimiser steps (AdamW, cosine-decayed learning rate).
-            augment: optional symmetry transform of a ``(b, 2, *event)`` batch of (x_n, x_{n+1}) pairs,
-                called with the training generator (e.g. :func:`periodic_symmetry_augment`).
+            augment: optional symmetry transform of a ``(b, rollout + 1, *event)`` batch of windows of
+                consecutive states, called with the training generator (e.g.
+                :func:`periodic_symmetry_augment`).
+            rollout: predicted steps per training window (int >= 1).
+            input_noise: std, in normalised units, of Gaussian noise added to the starting state of each
+                window (default 0: none; the official code's ``add_noise`` option). Clean trajectories of a
+                dissipative system carry almost no power at high wavenumbers, so an emulator trained on
+                them alone never learns what to do with the small-scale errors it makes itself; noisy
+                inputs with clean targets teach it to damp them.
 
         Returns:
             self (trained, in eval mode), with ``field_mean``/``field_std`` set from ``trajectories``.
         """
         # Validate everything before touching any state: a rejected fit leaves the emulator unchanged.
         data = _check_training_data("trajectories", trajectories, 3)
-        if data.shape[1] < 2:
-            raise ValueError(f"trajectories need at least 2 steps, got shape {tuple(data.shape)}")
+        rollout = _check_count("rollout", rollout)
+        input_noise = _check_positive("input_noise", input_noise, allow_zero=True)
+        if data.shape[1] < rollout + 1:
+            raise ValueError(
+                f"trajectories need at least rollout + 1 = {rollout + 1} steps, got shape {tuple(data.shape)}"
+            )
         n_iter, batch_size = _check_count("n_iter", n_iter), _check_count("batch_size", batch_size)
         lr = _check_positive("lr", lr)
         weight_decay = _check_positive("weight_decay", weight_decay, allow_zero=True)
@@ -425,16 +461,24 @@ class ResidualEmulator(nn.Module):
         self.field_mean.fill_(mean)
         self.field_std.fill_(std)
         data = (data - mean) / std
-        pairs = torch.stack([data[:, :-1], data[:, 1:]], 2).reshape(-1, 2, *data.shape[2:])
-        gen = torch.Generator().manual_seed(seed)
+        n_win = data.shape[1] - rollout  # windows (x_n, ..., x_{n+rollout}) per trajectory
+        windows = torch.stack([data[:, j : j + n_win] for j in range(rollout + 1)], 2)
+        windows = windows.reshape(-1, rollout + 1, *data.shape[2:])
+        gen = make_generator(seed)
         opt = torch.optim.AdamW(self.net.parameters(), lr=lr, weight_decay=weight_decay)
         sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=n_iter)
         self.train()
         for _ in _progress(range(n_iter), progress, "emulator"):
-            batch = pairs[torch.randint(0, pairs.shape[0], (batch_size,), generator=gen)]
+            batch = windows[torch.randint(0, windows.shape[0], (batch_size,), generator=gen)]
             if augment is not None:
                 batch = augment(batch, gen)
-            loss = F.mse_loss(batch[:, 0] + self.increment(batch[:, 0]), batch[:, 1])
+            x, loss = batch[:, 0], 0.0
+            if input_noise:
+                x = x + input_noise * torch.randn(x.shape, generator=gen, dtype=x.dtype)
+            for j in range(1, rollout + 1):
+                x = x + self.increment(x)
+                loss = loss + F.mse_loss(x, batch[:, j])
+            loss = loss / rollout
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -443,11 +487,8 @@ class ResidualEmulator(nn.Module):
 
 
 def _progress(it: range, enabled: bool, desc: str):
-    if not enabled:
-        return it
-    from tqdm.auto import tqdm
-
-    return tqdm(it, desc=desc, leave=False)
+    """The house progress bar (``tqdm.auto``, quiet in CI / without a TTY) when ``enabled``, else ``it``."""
+    return progress(it, desc=desc) if enabled else it
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -600,6 +641,44 @@ class Thermalizer(nn.Module):
         self._check_event("x", _check_states("x", x))
         return self.level_logits(x).argmax(dim=-1)
 
+    @torch.no_grad()
+    def level_accuracy(
+        self,
+        x: Tensor,
+        levels: Sequence[int],
+        tolerance: int = 2,
+        generator: torch.Generator | None = None,
+    ) -> dict[int, float]:
+        """How well the classifier recovers a known noise level: clean states noised to each level.
+
+        For every ``k`` in ``levels`` the clean states ``x`` are forward-diffused to level k (the same
+        ``q(x_k | x)`` that :meth:`loss` trains on, projected when ``mean_free``) and the fraction whose
+        detected level :meth:`noise_level` lies within ``±tolerance`` of k is reported. This is the
+        classifier the rollout uses to decide when (k̂ > s_init) and how much (k̂ − s_stop steps) to denoise.
+
+        Args:
+            x: clean physical states ``(B, *event)``, finite (e.g. held-out snapshots of μ).
+            levels: the levels to test, ints in ``[0, T)``.
+            tolerance: accepted ``|k̂ − k|`` (int >= 0).
+            generator: RNG of the injected noise (one ``(B, *event)`` draw per level, in order).
+
+        Returns:
+            ``{k: accuracy in [0, 1]}`` in the order of ``levels``.
+        """
+        self._check_event("x", _check_states("x", x))
+        if isinstance(levels, (str, bytes)) or not isinstance(levels, Sequence) or not levels:
+            raise ValueError(f"levels must be a non-empty sequence of ints in [0, {self.T}), got {levels!r}")
+        levels = [_check_level("levels[i]", k, 0, self.T) for k in levels]
+        tolerance = _check_count("tolerance", tolerance, low=0)
+        xn = self.normalize(x)
+        out: dict[int, float] = {}
+        for k in levels:
+            kk = torch.full((x.shape[0],), k, dtype=torch.long, device=x.device)
+            noise = self.project(torch.randn(x.shape, generator=generator, dtype=x.dtype, device=x.device))
+            noisy = self.denormalize(self.q_sample(xn, kk, noise))
+            out[k] = float(((self.noise_level(noisy) - k).abs() <= tolerance).float().mean())
+        return out
+
     def _check_event(self, name: str, x: Tensor) -> Tensor:
         """After :meth:`fit`, states must have the event shape of the training snapshots."""
         event = getattr(self, "_event_shape", None)
@@ -683,7 +762,7 @@ class Thermalizer(nn.Module):
         self._event_shape = tuple(data.shape[1:])
         self.field_mean.fill_(mean)
         self.field_std.fill_(std)
-        gen = torch.Generator().manual_seed(seed)
+        gen = make_generator(seed)
         params = list({id(p): p for p in self.parameters()}.values())
         opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
         sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=n_iter)
@@ -876,7 +955,8 @@ def thermalized_rollout(
         s_stop: level at which denoising stops.
         forward_diffuse: forward-diffuse to k̂ before the reverse chain (paper default True).
         noise_limit: abort an element when ``k̂ > noise_limit`` (None: never); must exceed ``s_init``.
-        generator: RNG for the thermalizer's noise (the emulator's own noise uses the global RNG).
+        generator: RNG for the thermalizer's noise, and for the step noise of a stochastic
+            :class:`ResidualEmulator` (other emulators draw their own noise).
         progress: show a tqdm bar.
 
     Returns:
@@ -929,7 +1009,7 @@ def thermalized_rollout(
     for n in _progress(range(1, n_steps + 1), progress, "rollout"):
         if active.numel() == 0:
             break
-        y = emulator(x)
+        y = emulator(x, generator=generator) if isinstance(emulator, ResidualEmulator) else emulator(x)
         if not isinstance(y, Tensor) or y.shape != x.shape:
             got = tuple(y.shape) if isinstance(y, Tensor) else type(y).__name__
             raise ValueError(f"emulator output shape {got} must equal its input shape {tuple(x.shape)}")
@@ -950,3 +1030,244 @@ def thermalized_rollout(
         aborted_at[active[~keep]] = n
         active, x = active[keep], y[keep]
     return RolloutResult(states=states, levels=levels, n_denoise_steps=n_den, aborted_at=aborted_at)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Rollout diagnostics and the choice of (s_init, s_stop)
+# ----------------------------------------------------------------------------------------------------------
+
+
+def _as_float_array(name: str, x: object, min_dim: int, finite: bool = True) -> np.ndarray:
+    """A float64 numpy copy of ``x`` (array or tensor) with at least ``min_dim`` axes and no empty axis."""
+    if isinstance(x, Tensor):
+        x = x.detach().cpu().numpy()
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"{name} must be a numpy array or torch.Tensor, got {type(x).__name__}")
+    if x.dtype.kind != "f":
+        raise TypeError(f"{name} must be a floating-point array, got dtype {x.dtype}")
+    if x.ndim < min_dim or x.size == 0:
+        raise ValueError(f"{name} must have at least {min_dim} axes, none empty; got shape {x.shape}")
+    if finite and not np.isfinite(x).all():
+        raise ValueError(
+            f"{name} must be finite; got {int(np.isnan(x).sum())} NaN and {int(np.isinf(x).sum())} Inf "
+            f"values in an array of shape {x.shape}"
+        )
+    return x.astype(np.float64)
+
+
+def _check_band(band: object) -> tuple[float, float]:
+    ok = isinstance(band, (tuple, list)) and len(band) == 2
+    lo, hi = (float(band[0]), float(band[1])) if ok else (math.nan, math.nan)
+    if not (ok and math.isfinite(lo) and math.isfinite(hi) and 0 <= lo < hi):
+        raise ValueError(
+            f"band must be a pair (low, high) of finite energies with 0 <= low < high, got {band!r}"
+        )
+    return lo, hi
+
+
+def stability_band(trajectories: np.ndarray | Tensor, q: float = 0.001) -> tuple[float, float]:
+    """Energy band ``[0.5·quantile_q, 1.5·quantile_{1−q}]`` of true energies (the stability criterion).
+
+    A rollout is *stable* while it is finite and its energy ``mean(x²)`` over the event dimensions stays in
+    this band of the true system's energies (:func:`stable_mask`).
+
+    Args:
+        trajectories: true states ``(n_traj, n_steps, *event)``, finite, not all zero.
+        q: lower quantile (``0 < q < 0.5``; default 0.1%, so the band spans 0.5·q_0.1% to 1.5·q_99.9%).
+
+    Returns:
+        ``(low, high)`` energies.
+    """
+    x = _as_float_array("trajectories", trajectories, 3)
+    if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0 < q < 0.5:
+        raise ValueError(f"q must be a number in (0, 0.5), got {q!r}")
+    with np.errstate(over="ignore"):
+        energy = (x**2).reshape(x.shape[0], x.shape[1], -1).mean(-1)
+    if not np.isfinite(energy).all():
+        raise ValueError(
+            f"trajectories are too large: their energy mean(x²) overflows (max |x| = {np.abs(x).max():.3g})"
+        )
+    lo, hi = 0.5 * float(np.quantile(energy, q)), 1.5 * float(np.quantile(energy, 1.0 - q))
+    if not hi > 0:
+        raise ValueError("trajectories must not be all zero (their energy band would be empty)")
+    return lo, hi
+
+
+def stable_mask(energy: np.ndarray | Tensor, band: tuple[float, float]) -> np.ndarray:
+    """Per-rollout stability: energy finite and inside ``band`` at every step.
+
+    Args:
+        energy: ``(B, n_steps)`` energies of B rollouts (e.g. ``RolloutResult.energy[:, 1:]``); NaN/Inf
+            entries (a blown-up or aborted rollout) count as unstable.
+        band: ``(low, high)`` from :func:`stability_band`.
+
+    Returns:
+        bool array ``(B,)``.
+    """
+    e = _as_float_array("energy", energy, 2, finite=False)
+    if e.ndim != 2:
+        raise ValueError(f"energy must have shape (B, n_steps), got {e.shape}")
+    lo, hi = _check_band(band)
+    with np.errstate(invalid="ignore"):
+        ok = np.isfinite(e) & (e >= lo) & (e <= hi)
+    return ok.all(axis=1)
+
+
+def spectral_reference(
+    trajectories: np.ndarray | Tensor, rel_floor: float = 1e-3
+) -> tuple[np.ndarray, np.ndarray]:
+    """Climatological log energy spectrum of periodic 1D fields and its energetic modes.
+
+    Args:
+        trajectories: true states ``(n_traj, n_steps, N)``, finite.
+        rel_floor: a mode is *energetic* when its mean power is at least ``rel_floor`` × the peak
+            (``0 < rel_floor < 1``); below that the spectrum of a thermalized rollout is dominated by the
+            ``s_stop``-level noise the algorithm leaves by construction.
+
+    Returns:
+        ``log_ref`` ``(N // 2 + 1,)`` (log of the time- and trajectory-averaged power; modes with zero
+        power get ``-inf``) and ``modes``, the int64 indices of the energetic modes.
+    """
+    x = _as_float_array("trajectories", trajectories, 3)
+    if x.ndim != 3:
+        raise ValueError(f"trajectories must have shape (n_traj, n_steps, N), got {x.shape}")
+    if isinstance(rel_floor, bool) or not isinstance(rel_floor, (int, float)) or not 0 < rel_floor < 1:
+        raise ValueError(f"rel_floor must be a number in (0, 1), got {rel_floor!r}")
+    if not np.ptp(x, axis=-1).max() > 0:
+        raise ValueError("trajectories must not be constant in space (no power on any non-zero mode)")
+    try:
+        clim = energy_spectrum(x).mean(0)
+    except ValueError as exc:  # overflow of a huge field: name the argument
+        raise ValueError(f"trajectories: {exc}") from None
+    with np.errstate(divide="ignore"):
+        log_ref = np.log(clim)
+    return log_ref, np.nonzero(clim >= rel_floor * clim.max())[0]
+
+
+def spectrum_rmse(segments: np.ndarray | Tensor, log_ref: np.ndarray, modes: np.ndarray) -> np.ndarray:
+    """Per-segment RMSE of the log energy spectrum against a reference, over the chosen modes.
+
+    Args:
+        segments: ``(B, W, N)`` windows of B rollouts (or true trajectories); the spectrum of each is
+            averaged over its W steps. A segment with a non-finite or huge (``|x| >= 1e6``) entry, i.e. a
+            blown-up rollout, gets ``inf``; so does one with zero power on a compared mode (a collapsed,
+            e.g. constant, state: log 0).
+        log_ref: ``(N // 2 + 1,)`` reference log spectrum (:func:`spectral_reference`), finite on ``modes``.
+        modes: int indices of the compared modes (non-empty, in ``[0, N // 2]``).
+
+    Returns:
+        float64 ``(B,)``; ``inf`` marks blown-up segments (documented, not an error).
+    """
+    seg = _as_float_array("segments", segments, 3, finite=False)
+    if seg.ndim != 3:
+        raise ValueError(f"segments must have shape (B, W, N), got {seg.shape}")
+    ref = np.asarray(log_ref)
+    m = np.asarray(modes)
+    n_modes = seg.shape[-1] // 2 + 1
+    if ref.dtype.kind != "f" or ref.shape != (n_modes,):
+        raise ValueError(f"log_ref must be a float array of shape ({n_modes},), got {ref.dtype} {ref.shape}")
+    if m.dtype.kind not in "iu" or m.ndim != 1 or m.size == 0 or m.min() < 0 or m.max() >= n_modes:
+        raise ValueError(f"modes must be a non-empty 1D int array in [0, {n_modes}), got {modes!r}")
+    if not (np.abs(ref[m]) < 1e4).all():  # log powers: |log p| < 1e4 covers every float64 power
+        raise ValueError(
+            f"log_ref must hold finite log powers (|value| < 1e4) on modes, got {ref[m].tolist()}"
+        )
+    out = np.full(seg.shape[0], np.inf)
+    with np.errstate(invalid="ignore"):
+        ok = np.isfinite(seg).all(axis=(1, 2)) & (np.abs(seg) < 1e6).all(axis=(1, 2))
+    if ok.any():
+        spec = energy_spectrum(seg[ok])[:, m]
+        with np.errstate(divide="ignore"):
+            out[ok] = np.sqrt(((np.log(spec) - ref[m]) ** 2).mean(-1))
+    return out
+
+
+def choose_levels(scores: dict[tuple[int, int], tuple[float, float, float]]) -> tuple[int, int]:
+    """The selection rule of :func:`select_levels` on ``{(s_init, s_stop): (stable, firing, spectrum RMSE)}``.
+
+    Admissible pairs fire on 0.1%–50% of steps (the algorithm's intended regime: it corrects rarely, but
+    does act); all pairs compete if none is. Among them the highest stable fraction wins, then the lowest
+    spectrum RMSE; a remaining tie goes to the earlier pair in ``scores``.
+    """
+    if not isinstance(scores, dict) or not scores:
+        raise ValueError(
+            f"scores must be a non-empty {{(s_init, s_stop): (stable, firing, rmse)}} dict, got {scores!r}"
+        )
+    for pair, v in scores.items():
+        if not (isinstance(v, tuple) and len(v) == 3 and not any(math.isnan(float(t)) for t in v)):
+            raise ValueError(
+                f"scores[{pair!r}] must be a (stable, firing, rmse) tuple without NaN, got {v!r}"
+            )
+    admissible = {c: v for c, v in scores.items() if 0.001 <= v[1] <= 0.5} or scores
+    return min(admissible, key=lambda c: (-admissible[c][0], admissible[c][2]))
+
+
+def select_levels(
+    emulator: nn.Module | Callable[[Tensor], Tensor],
+    thermalizer: Thermalizer,
+    ics: Tensor,
+    candidates: Sequence[tuple[int, int]],
+    *,
+    horizon: int,
+    window: int,
+    band: tuple[float, float],
+    log_ref: np.ndarray,
+    modes: np.ndarray,
+    noise_limit: int | None = 100,
+    seed: int = 0,
+) -> tuple[tuple[int, int], dict[tuple[int, int], tuple[float, float, float]]]:
+    """Choose ``(s_init, s_stop)`` by a thermalized-rollout sweep from training states.
+
+    The official code's sweep (``scripts/therm_inference/therm_sweep.py``) rolls out every pair of a grid
+    and keeps the one whose rollouts are most like the true system; here, for each candidate pair the
+    ``ics`` are rolled out for ``horizon`` steps (:func:`thermalized_rollout`, the same seed for every
+    pair) and scored by the stable fraction (:func:`stable_mask`), the firing rate and the median
+    spectrum RMSE of the last ``window`` steps (:func:`spectrum_rmse`); :func:`choose_levels` picks.
+    Use training states only, so the choice never sees the test trajectories.
+
+    Args:
+        emulator, thermalizer: as for :func:`thermalized_rollout`.
+        ics: initial states ``(B, N)`` taken from training trajectories.
+        candidates: non-empty sequence of ``(s_init, s_stop)`` pairs with ``0 <= s_stop < s_init < T``.
+        horizon: rollout length; window: scored final steps, ``0 < window <= horizon``.
+        band: energy band (:func:`stability_band`); log_ref, modes: spectrum reference
+            (:func:`spectral_reference`).
+        noise_limit: as for :func:`thermalized_rollout`.
+        seed: seed of the thermalizer's noise.
+
+    Returns:
+        the chosen pair and ``{pair: (stable fraction, firing rate, median spectrum RMSE)}`` (rounded to
+        3, 4 and 4 decimals).
+    """
+    _check_states("ics", ics)
+    if ics.dim() != 2:
+        raise ValueError(f"ics must have shape (B, N) (periodic 1D fields), got {tuple(ics.shape)}")
+    if not isinstance(thermalizer, Thermalizer):
+        raise TypeError(f"thermalizer must be a Thermalizer, got {type(thermalizer).__name__}")
+    thermalizer._check_event("ics", ics)
+    if isinstance(candidates, (str, bytes)) or not isinstance(candidates, Sequence) or not candidates:
+        raise ValueError(f"candidates must be a non-empty list of (s_init, s_stop), got {candidates!r}")
+    horizon = _check_count("horizon", horizon)
+    if isinstance(window, bool) or not isinstance(window, int) or not 0 < window <= horizon:
+        raise ValueError(f"window must be in (0, horizon={horizon}], got {window!r}")
+    _check_band(band)
+    for pair in candidates:
+        if not (isinstance(pair, tuple) and len(pair) == 2):
+            raise ValueError(f"candidates must hold (s_init, s_stop) pairs, got {pair!r}")
+    scores: dict[tuple[int, int], tuple[float, float, float]] = {}
+    for si, ss in candidates:
+        res = thermalized_rollout(
+            emulator,
+            thermalizer,
+            ics,
+            horizon,
+            s_init=si,
+            s_stop=ss,
+            noise_limit=noise_limit,
+            generator=make_generator(seed),
+        )
+        stable = float(stable_mask(res.energy[:, 1:], band).mean())
+        fire = float(res.fired[:, 1:].float().mean())
+        rmse = float(np.median(spectrum_rmse(res.states[:, -window:], log_ref, modes)))
+        scores[(si, ss)] = (round(stable, 3), round(fire, 4), round(rmse, 4))
+    return choose_levels(scores), scores
