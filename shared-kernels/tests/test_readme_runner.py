@@ -91,3 +91,9 @@ def test_declared_extras_are_checked_against_the_distribution(tmp_path: Path) ->
 def test_the_kernels_readme_has_as_many_examples_as_python_fences() -> None:
     readme = Path(__file__).resolve().parents[1] / "README.md"
     assert len(readme_examples(readme)) == readme.read_text(encoding="utf-8").count("```python") > 0
+
+
+def test_required_modules_are_parsed_and_inherited_by_continuations(tmp_path: Path) -> None:
+    text = "```python\n# requires: pandas, polars\npass\n```\n\n```python\n# readme: continues\npass\n```\n"
+    first, second = readme_examples(_write(tmp_path, text))
+    assert first.requires == second.requires == ("pandas", "polars")

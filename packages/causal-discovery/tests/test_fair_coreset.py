@@ -490,51 +490,17 @@ def test_thresholds_are_the_stated_rules() -> None:
 
 
 # ------------------------------------------------------------------------------------------ README example
-README_EXAMPLE = """\
-import numpy as np
-from sklearn.datasets import make_blobs
-from icml25.causal_discovery import (StrongOracle, WeakOracle, build_fair_coreset, fair_cost,
-                                    proportional_bounds, uniform_coreset)
+def test_readme_example_prints_its_numbers(capsys: pytest.CaptureFixture[str]) -> None:
+    """The P08 block of the package README (tests/test_readme_examples.py runs every block; this one also
+    checks what it prints and the coreset it builds)."""
+    from pathlib import Path
 
-X, blob = make_blobs(n_samples=2000, n_features=8, centers=6, random_state=0)
-groups = (np.random.default_rng(0).random(2000) < np.where(blob < 3, 0.8, 0.2)).astype(int)
-strong = StrongOracle.from_points(X)  # exact, counted (wrap a model: StrongOracle.from_transform)
-weak = WeakOracle.from_points(X, delta=0.2, seed=0)  # 20% of pairs persistently wrong
-cs = build_fair_coreset(np.arange(2000), groups, k=5, eps=0.2, strong=strong, weak=weak, seed=0)
-print(len(cs), cs.n_strong_queries)  # 479 entries from 2233 strong queries (all-strong: n k = 10,000)
+    from icml25.kernels.readme_examples import readme_examples
 
-bounds = proportional_bounds(groups, slack=0.1)  # every cluster's group shares within 0.1 of the population's
-C = np.random.default_rng(1).choice(2000, size=5, replace=False)  # any 5 centres
-D = np.linalg.norm(X[:, None] - X[C][None], axis=2)  # [n, 5] exact distances, for the evaluation only
-full = fair_cost(D, np.ones(2000), groups, bounds)  # LP (HiGHS)
-core = fair_cost(D[cs.indices], cs.weights, cs.groups, bounds)
-u = uniform_coreset(np.arange(2000), groups, len(cs), seed=0)
-unif = fair_cost(D[u.indices], u.weights, u.groups, bounds)
-print(round(abs(core - full) / full, 4), round(abs(unif - full) / full, 4))  # 0.0004 0.0004 (one random centre set)
-"""
-
-
-def _installed_readme_example() -> str | None:
-    """The P08 python block of the installed distribution's README (its long description), if it has one
-    (an editable install keeps the README of its install time)."""
-    from importlib.metadata import metadata
-
-    meta = metadata("icml25-causal-discovery")
-    text = meta.get_payload() or meta.get("Description") or ""
-    head = text.find("### P08")
-    start = text.find("```python\n", head)
-    if head < 0 or start < 0:
-        return None
-    start += len("```python\n")
-    return text[start : text.find("```", start)]
-
-
-def test_readme_example_runs_and_prints_its_numbers(capsys: pytest.CaptureFixture[str]) -> None:
-    installed = _installed_readme_example()
-    if installed is not None:
-        assert installed == README_EXAMPLE  # this copy is the README's block, verbatim
+    readme = Path(__file__).resolve().parents[1] / "README.md"
+    (example,) = [e for e in readme_examples(readme) if "build_fair_coreset" in e.code]
     namespace: dict[str, object] = {}
-    exec(compile(README_EXAMPLE, "README.md (P08)", "exec"), namespace)
+    exec(compile(example.code, f"README.md:{example.line}", "exec"), namespace)
     assert capsys.readouterr().out.split() == ["479", "2233", "0.0004", "0.0004"]
     cs = namespace["cs"]
     assert_weight_invariants(cs, namespace["groups"])

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import icml25.causal_discovery as cd
+from icml25.causal_discovery.arrow import from_tigramite_graph, to_tigramite_graph
 from icml25.causal_discovery.mag_listing import ARROW as MARK_ARROW
 from icml25.causal_discovery.mag_listing import TAIL
 from icml25.kernels import testing as kt
@@ -24,6 +25,9 @@ for _i, _j in ((0, 1), (1, 2)):  # 0 -> 1 -> 2
 _PAG = cd.pag_from_mag(cd.MAG(_CHAIN))
 _BITS, _ = cd.time_weave(_X)
 _SC = cd.xor_lag_scores(_BITS, 4)
+_LAGGED = np.zeros((3, 3, 4), dtype=bool)
+_LAGGED[1, 0, 0] = _LAGGED[2, 1, 2] = _LAGGED[0, 0, 1] = True  # lag 0: x0 -> x1; lagged x1 -> x2, x0 -> x0
+_TIG = to_tigramite_graph(_LAGGED)
 GRAPH_INTS = "marks are integer codes: any int-valued array is a candidate graph, checked for validity"
 EMPTY_GRAPH = "a constant (all-zero) marks matrix is the empty graph, a valid graph"
 
@@ -86,6 +90,23 @@ SPECS = [
         allow={
             "posinf": kt.Allow("theta = +inf keeps no candidate; theta_ records it", False),
             "neginf": kt.Allow("theta = -inf keeps every candidate up to the cap; theta_ records it", False),
+        },
+    ),
+    HostileSpec(
+        "to_tigramite_graph",
+        to_tigramite_graph,
+        {"graph": _LAGGED},
+        ("graph",),
+        allow={"constant": "an all-False graph is the empty graph (all '' entries)"},
+    ),
+    HostileSpec(
+        "from_tigramite_graph",
+        from_tigramite_graph,
+        {"graph": _TIG},
+        ("graph",),
+        allow={
+            "dtype": "the example is already a string array: astype(str) is the same valid graph",
+            "constant": "an all-'' graph is the empty graph",
         },
     ),
     HostileSpec(

@@ -6,6 +6,8 @@ carry directives in comment lines of its own:
 
 * ``# extra: flower`` (or ``# extras: hf, plots``): the block needs these extras of the README's
   distribution; where one of their requirements is not installed the test skips, naming the extra.
+* ``# requires: pandas``: the block imports a module that no extra brings (a user's own choice of
+  library, e.g. a DataFrame); the test skips, naming it, where it is not installed.
 * ``# readme: continues``: the block continues the previous one (it is run after it, in one process),
   like the cells of a notebook.
 * ``# readme: slow``: the block takes longer than a quick test (the test marks it ``slow``).
@@ -17,6 +19,7 @@ A block that exits non-zero fails its test with the block's source and its stder
 from __future__ import annotations
 
 import importlib.metadata as metadata
+import importlib.util
 import os
 import re
 import subprocess
@@ -37,6 +40,7 @@ __all__ = [
 _FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.S | re.M)
 _HEADING = re.compile(r"^#{1,6}[ \t]+(.+?)[ \t]*$", re.M)
 _EXTRA = re.compile(r"^[ \t]*#[ \t]*extras?:[ \t]*(.+?)[ \t]*$", re.M)
+_REQUIRES = re.compile(r"^[ \t]*#[ \t]*requires:[ \t]*(.+?)[ \t]*$", re.M)
 _DIRECTIVE = re.compile(r"^[ \t]*#[ \t]*readme:[ \t]*(\w+)", re.M)
 _DIRECTIVES = {"continues", "slow"}
 _REQ_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -56,6 +60,7 @@ class ReadmeExample:
     source: str
     code: str
     extras: tuple[str, ...]
+    requires: tuple[str, ...]
     slow: bool
     distribution: str | None
 
@@ -88,6 +93,9 @@ def readme_examples(path: str | os.PathLike[str], distribution: str | None = Non
                 f"expected one of {sorted(_DIRECTIVES)}"
             )
         extras = tuple(e.strip() for m in _EXTRA.finditer(source) for e in m.group(1).split(",") if e.strip())
+        requires = tuple(
+            r.strip() for m in _REQUIRES.finditer(source) for r in m.group(1).split(",") if r.strip()
+        )
         code = source
         if "continues" in directives:
             if not examples:
@@ -95,9 +103,12 @@ def readme_examples(path: str | os.PathLike[str], distribution: str | None = Non
             previous = examples[-1]
             code = previous.code + "\n" + source
             extras = tuple(dict.fromkeys(previous.extras + extras))
+            requires = tuple(dict.fromkeys(previous.requires + requires))
         heading = _heading_before(text, match.start())
         examples.append(
-            ReadmeExample(path, line, heading, source, code, extras, "slow" in directives, distribution)
+            ReadmeExample(
+                path, line, heading, source, code, extras, requires, "slow" in directives, distribution
+            )
         )
     return examples
 
@@ -169,8 +180,7 @@ def run_readme_example(
 def readme_params(path: str | os.PathLike[str], distribution: str | None = None) -> list[Any]:
     """:func:`readme_examples` as ``pytest.param``s (id = the example's id, ``slow`` marked) for
     ``@pytest.mark.parametrize("example", readme_params(README, "icml25-rl"))``."""
-    import pytest
-
+    pytest = _pytest()
     return [
         pytest.param(e, id=e.id, marks=[pytest.mark.slow] if e.slow else [])
         for e in readme_examples(path, distribution)
@@ -179,12 +189,24 @@ def readme_params(path: str | os.PathLike[str], distribution: str | None = None)
 
 def check_readme_example(example: ReadmeExample, cwd: str | os.PathLike[str]) -> None:
     """The body of a package's README test: skip (naming the install command) when a declared extra is
-    missing, else :func:`run_readme_example`."""
-    import pytest
-
+    missing (or a ``# requires:`` module is absent), else :func:`run_readme_example`."""
+    pytest = _pytest()
     missing = missing_extras(example)
     if missing:
         pytest.skip(
             f"needs the extra(s) {missing}: pip install '{example.distribution}[{','.join(missing)}]'"
         )
+    absent = [m for m in example.requires if importlib.util.find_spec(m) is None]
+    if absent:
+        pytest.skip(f"needs the module(s) {absent}, which no extra of {example.distribution} brings")
     run_readme_example(example, cwd)
+
+
+def _pytest() -> Any:
+    try:
+        import pytest
+    except ImportError as err:
+        raise ImportError(
+            "readme_params / check_readme_example run under pytest: pip install pytest"
+        ) from err
+    return pytest

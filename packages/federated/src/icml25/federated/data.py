@@ -8,9 +8,10 @@ reads them from a ``.npz`` file (e.g. EMNIST or CIFAR-10 exported once by the us
 
 from __future__ import annotations
 
-import importlib
+import contextlib
 import os
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,8 +30,9 @@ __all__ = [
 ]
 
 
-def _import_sklearn(module: str) -> Any:
-    """Import a scikit-learn module without letting its import touch Python's global ``random`` state.
+@contextlib.contextmanager
+def _global_random_kept() -> Iterator[None]:
+    """Import scikit-learn modules without letting the import touch Python's global ``random`` state.
 
     scikit-learn >= 1.9 imports ``rich`` on first use of ``sklearn.model_selection`` or ``sklearn.datasets``,
     and that import draws from the global ``random`` generator; a caller's seeded stream must not move
@@ -38,7 +40,7 @@ def _import_sklearn(module: str) -> Any:
     """
     state = random.getstate()
     try:
-        return importlib.import_module(module)
+        yield
     finally:
         random.setstate(state)
 
@@ -174,7 +176,8 @@ def load_federated_arrays(
         val_size: fraction of the remaining training samples held out for validation (stratified).
         seed: seeds the splits.
     """
-    train_test_split = _import_sklearn("sklearn.model_selection").train_test_split
+    with _global_random_kept():
+        from sklearn.model_selection import train_test_split
 
     if split not in ("iid", "dirichlet"):
         raise ValueError(f"split must be 'iid' or 'dirichlet', got {split!r}")
@@ -254,7 +257,9 @@ def load_federated_digits(
         val_size: fraction of the remaining training samples held out for validation.
         seed: seeds the splits.
     """
-    x, y = _import_sklearn("sklearn.datasets").load_digits(return_X_y=True)
+    with _global_random_kept():
+        from sklearn.datasets import load_digits
+    x, y = load_digits(return_X_y=True)
     return load_federated_arrays(
         x / 16.0,
         y,

@@ -1,7 +1,8 @@
 """icml25.rl — Reinforcement learning: offline hierarchical RL, distributional RL, MARL.
 
 Each paper is one module (its docstring cites the paper and its catalog id); the public API of every
-implemented paper is re-exported here.
+implemented paper is re-exported here. Importing the package registers the grid mazes with gymnasium
+(``gymnasium.make("icml25/GridMaze-v0")``, ids in :data:`icml25.rl.maze.ENV_IDS`).
 """
 
 from importlib.metadata import version as _distribution_version
@@ -22,7 +23,7 @@ from icml25.rl.gas import (
     train_policy,
     train_tdr,
 )
-from icml25.rl.maze import GridMaze, generate_stitch_dataset
+from icml25.rl.maze import GridMaze, generate_stitch_dataset, register_envs
 from icml25.rl.sf_lsvi import (
     EpisodeBatch,
     EpsilonGreedyQLearning,
@@ -45,6 +46,8 @@ from icml25.rl.sf_lsvi import (
 )
 
 __version__ = _distribution_version("icml25-rl")
+
+register_envs()
 
 __all__ = [  # noqa: RUF022 (grouped by paper)
     "__version__",

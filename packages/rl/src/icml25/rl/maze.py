@@ -9,6 +9,13 @@ discrete actions; bumping into a wall leaves it in place. Observations are the n
 form (as OGBench does), and an episode succeeds when the agent is within ``success_radius`` grid steps
 (L1) of the goal cell.
 
+``render_mode="ansi"`` renders the grid as text (``#`` wall, ``.`` free, ``G`` goal, ``A`` agent) and
+``render_mode="rgb_array"`` as a ``uint8`` image of :data:`CELL_PIXELS` pixels per cell. Importing
+:mod:`icml25.rl` registers the mazes with gymnasium (:data:`ENV_IDS`): ``gymnasium.make("icml25/GridMaze-v0")``
+(``layout=`` any :data:`LAYOUTS` name or a list of rows) and one id per layout, e.g.
+``"icml25/GridMaze-snake7-v0"``; the step budget is gymnasium's ``TimeLimit`` (``max_episode_steps=`` of
+``gymnasium.make``, default 200).
+
 The stitch-style generator mimics OGBench's ``*-stitch`` datasets: many short trajectories of a noisy
 straight-line walker, so that no single trajectory connects far-apart cells and long-horizon goal reaching
 requires stitching fragments together.
@@ -74,6 +81,22 @@ MAZE11: tuple[str, ...] = (
 
 LAYOUTS: dict[str, tuple[str, ...]] = {"giant15": GIANT15, "maze11": MAZE11, "snake7": SNAKE7}
 
+# rgb_array rendering: pixels per cell side and the colour of each cell kind.
+CELL_PIXELS = 16
+COLORS: dict[str, tuple[int, int, int]] = {
+    "#": (64, 64, 64),  # wall: dark grey
+    ".": (255, 255, 255),  # free: white
+    "G": (46, 160, 67),  # goal: green
+    "A": (31, 119, 180),  # agent: blue (drawn over the goal when on it)
+}
+
+# gymnasium ids registered by register_envs() (on import of icml25.rl) -> layout name.
+ENV_IDS: dict[str, str] = {
+    "icml25/GridMaze-v0": "giant15",
+    **{f"icml25/GridMaze-{name}-v0": name for name in LAYOUTS},
+}
+DEFAULT_EPISODE_STEPS = 200
+
 
 def parse_layout(layout: str | Sequence[str]) -> np.ndarray:
     """Turn a layout name or a list of equal-length rows of ``#``/``.`` into a wall mask.
@@ -109,20 +132,33 @@ class GridMaze(gym.Env):
 
     Args:
         layout: a name in :data:`LAYOUTS` or a list of rows of ``#``/``.``.
-        max_episode_steps: step budget per episode.
+        max_episode_steps: step budget per episode (``None``: never truncated by the env itself, as
+            when built by ``gymnasium.make``, whose ``TimeLimit`` wrapper truncates instead).
         success_radius: success when the L1 grid distance to the goal cell is at most this.
+        render_mode: ``None``, ``"ansi"`` (:meth:`render` returns the text picture) or ``"rgb_array"``
+            (:meth:`render` returns a ``uint8`` array ``(rows * CELL_PIXELS, cols * CELL_PIXELS, 3)``).
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"]}
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}
 
     def __init__(
         self,
         layout: str | Sequence[str] = "giant15",
-        max_episode_steps: int = 200,
+        max_episode_steps: int | None = DEFAULT_EPISODE_STEPS,
         success_radius: int = 1,
+        render_mode: str | None = None,
     ) -> None:
-        if not isinstance(max_episode_steps, int) or max_episode_steps <= 0:
-            raise ValueError(f"max_episode_steps must be a positive int, got {max_episode_steps!r}")
+        if max_episode_steps is not None and (
+            isinstance(max_episode_steps, bool)
+            or not isinstance(max_episode_steps, int)
+            or max_episode_steps <= 0
+        ):
+            raise ValueError(f"max_episode_steps must be a positive int or None, got {max_episode_steps!r}")
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(
+                f"render_mode must be None or one of {self.metadata['render_modes']}, got {render_mode!r}"
+            )
+        self.render_mode = render_mode
         if not isinstance(success_radius, int) or success_radius < 0:
             raise ValueError(f"success_radius must be a non-negative int, got {success_radius!r}")
         self.walls = parse_layout(layout)
@@ -216,7 +252,8 @@ class GridMaze(gym.Env):
         self._t += 1
         info = self._info()
         terminated = bool(info["success"])
-        truncated = (not terminated) and self._t >= self.max_episode_steps
+        budget = self.max_episode_steps
+        truncated = (not terminated) and budget is not None and self._t >= budget
         return self.cell_to_obs(self.agent), float(terminated), terminated, truncated, info
 
     def _info(self) -> dict[str, Any]:
@@ -227,12 +264,52 @@ class GridMaze(gym.Env):
             "success": l1 <= self.success_radius,
         }
 
-    def render(self) -> str:  # type: ignore[override]
-        """ASCII picture: ``A`` agent, ``G`` goal."""
-        grid = [["#" if w else "." for w in row] for row in self.walls]
-        grid[self.goal[0]][self.goal[1]] = "G"
-        grid[self.agent[0]][self.agent[1]] = "A"
-        return "\n".join("".join(r) for r in grid)
+    def render(self) -> str | np.ndarray | None:  # type: ignore[override]
+        """The current state in ``render_mode``: text (``"ansi"``), an RGB image (``"rgb_array"``), or None."""
+        if self.render_mode is None:
+            gym.logger.warn(
+                "GridMaze.render() was called without a render_mode: pass render_mode='ansi' or "
+                "'rgb_array' to GridMaze(...) or gymnasium.make(...)"
+            )
+            return None
+        if self.render_mode == "ansi":
+            return self._ansi()
+        return self._rgb()
+
+    def _chars(self) -> np.ndarray:
+        grid = np.where(self.walls, "#", ".")
+        grid[self.goal[0], self.goal[1]] = "G"
+        grid[self.agent[0], self.agent[1]] = "A"
+        return grid
+
+    def _ansi(self) -> str:
+        """ASCII picture: ``#`` wall, ``.`` free, ``G`` goal, ``A`` agent (over the goal when on it)."""
+        return "\n".join("".join(r) for r in self._chars())
+
+    def _rgb(self) -> np.ndarray:
+        chars = self._chars()
+        cells = np.zeros((*self.shape, 3), dtype=np.uint8)
+        for ch, rgb in COLORS.items():
+            cells[chars == ch] = rgb
+        return np.repeat(np.repeat(cells, CELL_PIXELS, axis=0), CELL_PIXELS, axis=1)
+
+
+def register_envs() -> list[str]:
+    """Register the grid mazes with gymnasium (idempotent; done on import of :mod:`icml25.rl`).
+
+    Returns the ids of :data:`ENV_IDS`. ``gymnasium.make(id, render_mode=..., max_episode_steps=...)`` builds
+    a :class:`GridMaze` (its own budget off) inside gymnasium's ``TimeLimit`` of ``max_episode_steps``
+    (default 200, the env's own default).
+    """
+    for env_id, layout in ENV_IDS.items():
+        if env_id not in gym.registry:
+            gym.register(
+                id=env_id,
+                entry_point="icml25.rl.maze:GridMaze",
+                kwargs={"layout": layout, "max_episode_steps": None},
+                max_episode_steps=DEFAULT_EPISODE_STEPS,
+            )
+    return list(ENV_IDS)
 
 
 def generate_stitch_dataset(

@@ -14,6 +14,9 @@ ARROW sits in front of a time-series causal discovery algorithm:
    (:func:`rescue_candidates`) adds back dropped pairs with a non-monotone dependence;
 4. the base (:class:`ARROW`, PCMCI / VARLiNGAM / Granger / callable) runs on the kept (cause, lag) links.
 
+Exports: :func:`to_networkx` (nodes named by a DataFrame's columns), :func:`to_tigramite_graph` and
+:func:`from_tigramite_graph` (tigramite's ``[source, target, lag]`` string layout).
+
 Example::
 
     from icml25.causal_discovery.arrow import ARROW, simulate_svar
@@ -30,7 +33,8 @@ from icml25.causal_discovery.arrow.bases import (
     pcmci_base,
     varlingam_base,
 )
-from icml25.causal_discovery.arrow.estimator import ARROW, default_lag_max, to_networkx
+from icml25.causal_discovery.arrow.estimator import ARROW, default_lag_max, feature_names, to_networkx
+from icml25.causal_discovery.arrow.interop import from_tigramite_graph, reverse_mark, to_tigramite_graph
 from icml25.causal_discovery.arrow.lags import (
     DependenceScores,
     LagScores,
@@ -62,6 +66,8 @@ __all__ = [
     "check_series",
     "default_lag_max",
     "dependence_scores",
+    "feature_names",
+    "from_tigramite_graph",
     "granger_base",
     "lagged_f1",
     "links_to_mask",
@@ -72,12 +78,14 @@ __all__ = [
     "prune_candidates",
     "pruning_recall",
     "rescue_candidates",
+    "reverse_mark",
     "simulate_repository_var",
     "simulate_svar",
     "summary_rates",
     "tau_accuracy",
     "time_weave",
     "to_networkx",
+    "to_tigramite_graph",
     "varlingam_base",
     "xor_lag_scores",
 ]

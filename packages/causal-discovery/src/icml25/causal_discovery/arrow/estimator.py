@@ -24,6 +24,7 @@ import numpy as np
 from sklearn.base import BaseEstimator
 
 from icml25.causal_discovery.arrow.bases import BASES, Links, links_to_mask
+from icml25.causal_discovery.arrow.interop import to_tigramite_graph
 from icml25.causal_discovery.arrow.lags import (
     check_lag_max,
     null_threshold,
@@ -80,6 +81,9 @@ class ARROW(BaseEstimator):
         theta_: the threshold used; excluded_: excluded constant series.
         timings_: seconds of ``encode``, ``xor``, ``prune``, ``base`` and ``total`` (and ``rescue``, the
             screen, when ``rescue="dependence"``).
+        n_features_in_: ``d``; feature_names_in_: the column names when ``X`` is a DataFrame with string
+            column names (scikit-learn's convention; absent for arrays). :meth:`to_networkx` names its
+            nodes by them.
     """
 
     def __init__(
@@ -171,6 +175,7 @@ class ARROW(BaseEstimator):
             raise ValueError(f"theta must be a float threshold (±inf allowed) or 'null', got {self.theta!r}")
 
     def _prepare(self, X: object) -> tuple[np.ndarray, list[int]]:
+        feature_names(X)  # a DataFrame with mixed str / non-str column names is rejected before any work
         arr = check_series(X, nan_policy=self.nan_policy)
         const = constant_columns(arr)
         if const and self.constant_policy == "raise":
@@ -240,6 +245,11 @@ class ARROW(BaseEstimator):
         t4 = time.perf_counter()
 
         self.n_features_in_ = d
+        names = feature_names(X)
+        if names is None:  # scikit-learn convention: a refit on unnamed data forgets earlier names
+            self.__dict__.pop("feature_names_in_", None)
+        else:
+            self.feature_names_in_ = names
         self.lag_max_ = L
         self.theta_ = theta
         self.excluded_ = const
@@ -312,11 +322,53 @@ class ARROW(BaseEstimator):
         graph[:, :, 0] = False
         return graph, time.perf_counter() - t0
 
-    def to_networkx(self, names: list[str] | None = None) -> Any:
-        """The lagged graph as a networkx ``DiGraph`` (see :func:`to_networkx`), with XOR scores."""
+    def _check_fitted(self) -> None:
         if not hasattr(self, "graph_"):
             raise ValueError("ARROW is not fitted: call fit(X) first")
+
+    def to_networkx(self, names: list[str] | None = None) -> Any:
+        """The lagged graph as a networkx ``DiGraph`` (see :func:`to_networkx`), with XOR scores.
+
+        Nodes are ``names``, else the DataFrame column names seen by ``fit`` (``feature_names_in_``), else
+        the column indices ``0 … d-1``.
+        """
+        self._check_fitted()
+        if names is None and hasattr(self, "feature_names_in_"):
+            names = self.feature_names_in_.tolist()
         return to_networkx(self.graph_, names=names, scores=self.scores_)
+
+    def to_tigramite_graph(self, tau_max: int | None = None) -> np.ndarray:
+        """``graph_`` in tigramite's string layout ``[source, target, lag]`` (see
+        :func:`~icml25.causal_discovery.arrow.to_tigramite_graph`); e.g.
+        ``tigramite.plotting.plot_time_series_graph(model.to_tigramite_graph(), var_names=model.feature_names_in_)``.
+        """
+        self._check_fitted()
+        return to_tigramite_graph(self.graph_, tau_max=tau_max)
+
+
+def feature_names(X: object) -> np.ndarray | None:
+    """Column names of a DataFrame-like ``X`` (anything with ``.columns``), scikit-learn's convention.
+
+    Returns an object array of the names when they are all strings, ``None`` when ``X`` has no columns or
+    none of its names is a string (e.g. pandas' default integer columns). pandas is never imported.
+
+    Raises:
+        TypeError: the column names mix strings and non-strings.
+    """
+    columns = getattr(X, "columns", None)
+    if columns is None:
+        return None
+    names = np.asarray(list(columns), dtype=object)
+    is_str = np.array([isinstance(n, str) for n in names], dtype=bool)
+    if names.size and is_str.all():
+        return names
+    if is_str.any():
+        kinds = sorted({type(n).__name__ for n in names})
+        raise TypeError(
+            f"X's column names must be all strings (or none), got a mix of types {kinds}; "
+            "convert them, e.g. X.columns = X.columns.astype(str)"
+        )
+    return None
 
 
 def to_networkx(graph: np.ndarray, names: list[str] | None = None, scores: np.ndarray | None = None) -> Any:

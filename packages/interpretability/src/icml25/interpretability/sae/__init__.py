@@ -3,7 +3,9 @@
 Sparse autoencoders for interpretability: a small zoo (TopK with AuxK, BatchTopK, ReLU+L1) that other
 papers of this package reuse (P19 SAeUron), the Matryoshka-over-k SAE of P22 (:class:`MatryoshkaKSAE`),
 its loss, evaluation metrics and Pareto curves, a training loop over any activation tensor or stream, and
-SAELens interchange. Top-k decodes use the shared ``icml25.kernels.topk_decode`` op.
+SAELens interchange. Top-k decodes use the shared ``icml25.kernels.topk_decode`` op. Every SAE saves to a
+folder (``sae.save(path)``: ``config.json`` + ``model.safetensors``) that ``SparseAutoencoder.load(path)``
+rebuilds bit for bit.
 
 >>> import torch
 >>> from icml25.interpretability.sae import MatryoshkaKSAE, train_sae, pareto_curve

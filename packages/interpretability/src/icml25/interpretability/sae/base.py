@@ -15,21 +15,42 @@ Parameters use SAELens names and shapes::
 Every model accepts inputs ``[..., d_in]`` (flattened internally) and can be capped at inference with any
 ``k`` (``encode(x, k)`` keeps the k largest pre-activations, then ReLU), which is how the reconstruction-vs-
 sparsity curves of the paper are measured. Top-k decodes go through the shared ``icml25.kernels`` op.
+
+Every model saves to a folder (``model.save(path)``: ``config.json`` + ``model.safetensors``, see
+:mod:`icml25.interpretability.sae.serialization`) and ``SparseAutoencoder.load(path)`` rebuilds the saved
+class with the same parameters and buffers, bit for bit.
 """
 
 from __future__ import annotations
 
 import abc
+import logging
 import math
+import os
 import warnings
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
 
 from icml25.interpretability.sae.losses import RECON_KINDS, nmse, normalized_l1, reconstruction_loss
+from icml25.interpretability.sae.preprocessing import ActivationNormalizer
+from icml25.interpretability.sae.serialization import (
+    WEIGHTS_NAME,
+    dtype_from_name,
+    dtype_name,
+    read_folder,
+    write_folder,
+)
 from icml25.kernels.rng import make_generator
 from icml25.kernels.topk_decode import topk_decode
+
+logger = logging.getLogger(__name__)
+SAE = TypeVar("SAE", bound="SparseAutoencoder")
+#: Every SparseAutoencoder subclass by class name: what ``SparseAutoencoder.load`` can rebuild.
+_SAE_CLASSES: dict[str, type[SparseAutoencoder]] = {}
+_NORMALIZER_MEAN = "normalizer.mean"
 
 
 def _check_int(name: str, value: Any, lo: int, hi: int | None = None) -> int:
@@ -76,6 +97,10 @@ class SparseAutoencoder(nn.Module, abc.ABC):
     #: learning rate the MSAE paper used for this model family (the training loop's default).
     default_lr: float = 5e-4
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _SAE_CLASSES[cls.__name__] = cls
+
     def __init__(
         self,
         d_in: int,
@@ -93,6 +118,7 @@ class SparseAutoencoder(nn.Module, abc.ABC):
         if not (isinstance(init_norm, (int, float)) and init_norm > 0):
             raise ValueError(f"init_norm must be a positive float, got {init_norm!r}")
         self.loss_kind = loss_kind
+        self.init_norm = float(init_norm)
         W_dec = torch.empty(d_sae, d_in)
         generator = None if seed is None else make_generator(seed)
         nn.init.kaiming_uniform_(W_dec, a=math.sqrt(5), generator=generator)
@@ -217,6 +243,110 @@ class SparseAutoencoder(nn.Module, abc.ABC):
     def extra_repr(self) -> str:
         return f"d_in={self.d_in}, d_sae={self.d_sae}, loss_kind={self.loss_kind!r}"
 
+    # --------------------------------------------------------------------------------------- persistence
+    def config(self) -> dict[str, Any]:
+        """The constructor's arguments (JSON types) that rebuild this architecture: ``type(m)(**m.config())``.
+
+        ``seed`` is not part of it: it only draws the initial weights, which :meth:`load` overwrites.
+        """
+        return {
+            "d_in": self.d_in,
+            "d_sae": self.d_sae,
+            "loss_kind": self.loss_kind,
+            "init_norm": self.init_norm,
+        }
+
+    @classmethod
+    def from_config(cls: type[SAE], config: dict[str, Any]) -> SAE:
+        """A fresh model of this class from :meth:`config` (initial weights from a private generator)."""
+        if not isinstance(config, dict):
+            raise TypeError(f"config must be a dict of {cls.__name__} arguments, got {type(config).__name__}")
+        return cls(**config, seed=0)
+
+    def save(self, path: str | os.PathLike, *, normalizer: ActivationNormalizer | None = None) -> Path:
+        """Write the model to the folder ``path`` (created if needed); returns it as a ``Path``.
+
+        ``config.json`` holds the class name, :meth:`config` and the dtype; ``model.safetensors`` the
+        ``state_dict()`` (parameters and buffers). A fitted ``normalizer`` the model was trained behind is
+        stored with it (read back by :meth:`load_normalizer`). Existing files of those names are overwritten.
+        """
+        tensors = dict(self.state_dict())
+        header: dict[str, Any] = {
+            "class": type(self).__name__,
+            "config": self.config(),
+            "dtype": dtype_name(self.W_enc.dtype),
+            "normalizer": None,
+        }
+        if normalizer is not None:
+            if not isinstance(normalizer, ActivationNormalizer):
+                raise TypeError(
+                    f"normalizer must be an ActivationNormalizer, got {type(normalizer).__name__}"
+                )
+            header["normalizer"], mean = normalizer._export_state()
+            if mean.numel() != self.d_in:
+                raise ValueError(
+                    f"normalizer was fitted on d={mean.numel()} features, model has d_in={self.d_in}"
+                )
+            tensors[_NORMALIZER_MEAN] = mean
+        folder = write_folder(path, tensors, header)
+        logger.info("%s saved to %s", type(self).__name__, folder)
+        return folder
+
+    @classmethod
+    def load(cls: type[SAE], path: str | os.PathLike, *, device: str | torch.device = "cpu") -> SAE:
+        """Rebuild a model written by :meth:`save`, in eval mode on ``device``: the same parameters and buffers.
+
+        ``SparseAutoencoder.load`` returns whichever class was saved; ``TopKSAE.load`` (etc.) also checks
+        that the folder holds that class (or a subclass).
+
+        Raises:
+            FileNotFoundError: ``path`` or one of its two files does not exist.
+            NotADirectoryError: ``path`` is a file.
+            ValueError: not a saved SAE, a saved SAE of another class, a config its class rejects, or
+                tensors that are missing, unexpected or of other shapes than the config implies.
+        """
+        folder, header, tensors = read_folder(path, device=device)
+        name = header.get("class")
+        saved = _SAE_CLASSES.get(name) if isinstance(name, str) else None
+        if saved is None:
+            raise ValueError(f"{folder} holds an unknown SAE class {name!r}; known: {sorted(_SAE_CLASSES)}")
+        if not issubclass(saved, cls):
+            raise ValueError(
+                f"{folder} holds a {name}, not a {cls.__name__}: load it with {name}.load or SparseAutoencoder.load"
+            )
+        try:
+            model = saved.from_config(header.get("config"))
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{folder} has a config that {name} rejects: {err}") from None
+        model = model.to(dtype=dtype_from_name(header.get("dtype")), device=device)
+        state = {key: t for key, t in tensors.items() if key != _NORMALIZER_MEAN}
+        expected = model.state_dict()
+        if set(state) != set(expected):
+            raise ValueError(
+                f"{folder / WEIGHTS_NAME} must hold the tensors {sorted(expected)} of a {name}; missing "
+                f"{sorted(set(expected) - set(state))}, unexpected {sorted(set(state) - set(expected))}"
+            )
+        for key, want in expected.items():
+            if state[key].shape != want.shape:
+                raise ValueError(
+                    f"{folder / WEIGHTS_NAME}: tensor {key!r} has shape {tuple(state[key].shape)}, but the config "
+                    f"({name}, d_in={model.d_in}, d_sae={model.d_sae}) needs {tuple(want.shape)}"
+                )
+        model.load_state_dict(state)
+        logger.info("%s loaded from %s", name, folder)
+        return model.eval()
+
+    @staticmethod
+    def load_normalizer(path: str | os.PathLike) -> ActivationNormalizer | None:
+        """The :class:`ActivationNormalizer` saved with the model in ``path`` (``None`` if none was)."""
+        folder, header, tensors = read_folder(path)
+        state = header.get("normalizer")
+        if state is None:
+            return None
+        if not isinstance(state, dict) or _NORMALIZER_MEAN not in tensors:
+            raise ValueError(f"{folder} has a normalizer entry but no consistent {_NORMALIZER_MEAN!r} tensor")
+        return ActivationNormalizer._from_state(state, tensors[_NORMALIZER_MEAN])
+
 
 class TopKSAE(SparseAutoencoder):
     """TopK SAE: ``z = ReLU(TopK_k(pre))`` (Gao et al., 2024), with the optional AuxK dead-latent loss.
@@ -254,6 +384,12 @@ class TopKSAE(SparseAutoencoder):
             raise ValueError(f"aux_coef must be a non-negative float, got {aux_coef!r}")
         self.aux_coef = float(aux_coef)
         self.dead_after = _check_int("dead_after", dead_after, 1)
+
+    def config(self) -> dict[str, Any]:
+        return {
+            **super().config(), "k": self.k, "aux_k": self.aux_k, "aux_coef": self.aux_coef,
+            "dead_after": self.dead_after,
+        }  # fmt: skip
 
     def activate(self, pre: torch.Tensor) -> torch.Tensor:
         return scatter_latents(*topk_relu(pre, self.k), self.d_sae)
@@ -323,6 +459,9 @@ class BatchTopKSAE(SparseAutoencoder):
         self.threshold_momentum = float(threshold_momentum)
         self.register_buffer("threshold", torch.tensor(-1.0))  # < 0: not learned yet
 
+    def config(self) -> dict[str, Any]:
+        return {**super().config(), "k": self.k, "threshold_momentum": self.threshold_momentum}
+
     def batch_topk(self, pre: torch.Tensor) -> torch.Tensor:
         """Dense latents [B, n] keeping the ``B·k`` largest ReLU pre-activations of the batch [B, n]."""
         B = pre.shape[0]
@@ -383,6 +522,9 @@ class ReLUSAE(SparseAutoencoder):
         if not (isinstance(l1_coef, (int, float)) and l1_coef >= 0):
             raise ValueError(f"l1_coef must be a non-negative float, got {l1_coef!r}")
         self.l1_coef = float(l1_coef)
+
+    def config(self) -> dict[str, Any]:
+        return {**super().config(), "l1_coef": self.l1_coef}
 
     def activate(self, pre: torch.Tensor) -> torch.Tensor:
         return pre.relu()

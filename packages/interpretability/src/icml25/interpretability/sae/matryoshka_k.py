@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -170,6 +171,10 @@ class MatryoshkaKSAE(SparseAutoencoder):
         fired = torch.zeros(self.d_sae, dtype=torch.bool, device=pre.device)
         fired[idx[values > 0]] = True
         return fired
+
+    def config(self) -> dict[str, Any]:
+        weighting = list(self.weights) if self.weighting == "custom" else self.weighting
+        return {**super().config(), "ks": list(self.ks), "weighting": weighting}
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, ks={self.ks}, weighting={self.weighting!r}"

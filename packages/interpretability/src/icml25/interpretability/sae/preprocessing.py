@@ -76,3 +76,25 @@ class ActivationNormalizer:
 
     def fit_transform(self, X: torch.Tensor) -> torch.Tensor:
         return self.fit(X).transform(X)
+
+    def _export_state(self) -> tuple[dict[str, object], torch.Tensor]:
+        """``({"method", "scale"}, mean_)``: the fitted state as JSON and a tensor (``SparseAutoencoder.save``)."""
+        self._check_fitted()
+        return {"method": self.method, "scale": self.scale_}, self.mean_
+
+    @classmethod
+    def _from_state(cls, state: dict[str, object], mean: torch.Tensor) -> ActivationNormalizer:
+        """The fitted normaliser :meth:`_export_state` described (the same ``mean_`` and ``scale_``, bit for bit)."""
+        scale = state.get("scale")
+        if (
+            isinstance(scale, bool)
+            or not isinstance(scale, (int, float))
+            or not (math.isfinite(scale) and scale > 0)
+        ):
+            raise ValueError(f"normalizer scale must be a positive finite float, got {scale!r}")
+        if not isinstance(mean, torch.Tensor) or mean.ndim != 1 or not mean.is_floating_point():
+            got = tuple(mean.shape) if isinstance(mean, torch.Tensor) else type(mean).__name__
+            raise ValueError(f"normalizer mean must be a floating-point tensor [d], got {got}")
+        norm = cls(str(state.get("method")))
+        norm.mean_, norm.scale_ = mean, float(scale)
+        return norm

@@ -33,16 +33,10 @@ import torch
 from icml25.interpretability.sae.base import BatchTopKSAE, ReLUSAE, SparseAutoencoder, TopKSAE
 from icml25.interpretability.sae.matryoshka_k import WEIGHTINGS, MatryoshkaKSAE
 from icml25.interpretability.sae.preprocessing import ActivationNormalizer
+from icml25.interpretability.sae.serialization import dtype_from_name, dtype_name
 
 #: The SAELens cfg layout :func:`to_saelens` writes (v6), recorded as ``metadata["sae_lens_version"]``.
 SAELENS_FORMAT_VERSION = "6.0.0"
-
-_DTYPES = {
-    "float32": torch.float32,
-    "float64": torch.float64,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-}
 
 
 def to_saelens(
@@ -75,7 +69,7 @@ def to_saelens(
     cfg: dict[str, Any] = {
         "d_in": model.d_in,
         "d_sae": model.d_sae,
-        "dtype": str(W_enc.dtype).removeprefix("torch."),
+        "dtype": dtype_name(W_enc.dtype),
         "device": str(W_enc.device),
         "apply_b_dec_to_input": True,
         "normalize_activations": "none",
@@ -184,8 +178,7 @@ def from_saelens(
         model.b_enc.copy_(b_enc)
         model.W_dec.copy_(W_dec)
         model.b_dec.copy_(b_dec)
-    dtype = _DTYPES.get(str(cfg.get("dtype", "float32")).removeprefix("torch."), torch.float32)
-    return model.to(dtype).eval()
+    return model.to(dtype_from_name(cfg.get("dtype", "float32"), default=torch.float32)).eval()
 
 
 def to_saelens_sae(

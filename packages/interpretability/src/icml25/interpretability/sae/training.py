@@ -5,10 +5,15 @@ One loop for every model of the zoo, following the official MSAE ``train.py``:
 gradient component parallel to each row → clip the gradient norm (1.0) → AdamW step (betas (0.9, 0.999),
 eps 6.25e-10, no weight decay). The learning rate is constant for the first 80% of the steps and decays
 linearly to 0. The normalisation runs between ``backward()`` and ``step()`` for parity; it can be turned off.
+
+Progress: a bar over the steps (on in a terminal, quiet in CI or captured output) and one INFO line per
+phase on the ``icml25.interpretability.sae.training`` logger (start, LR decay, end), nothing per step.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Iterable, Iterator
 
 import torch
@@ -16,6 +21,10 @@ import torch
 from icml25.interpretability.sae.base import SparseAutoencoder
 from icml25.kernels.experiment import progress as progress_bar
 from icml25.kernels.rng import make_generator
+
+logger = logging.getLogger(__name__)
+#: Seconds a ``progress=None`` training runs before its bar appears (short fits stay silent).
+AUTO_PROGRESS_DELAY = 2.0
 
 
 def _batches(
@@ -69,7 +78,8 @@ def train_sae(
         normalize_decoder: unit-norm decoder rows and projected decoder gradients at every step.
         seed: seeds the batch order (a local generator: the global random state is untouched).
         generator: a ``torch.Generator`` for the batch order instead of ``seed`` (advanced by the call).
-        progress: show a progress bar (``None``: only in a terminal, not in CI or captured output).
+        progress: ``True``/``False`` force the step bar on/off; ``None`` (default) shows it in a terminal
+            (not in CI or captured output) once training has run :data:`AUTO_PROGRESS_DELAY` seconds.
         desc: the progress bar's label (default: the model's class name).
 
     Returns:
@@ -102,6 +112,8 @@ def train_sae(
         raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
     if not (0.0 <= decay_start <= 1.0):
         raise ValueError(f"decay_start must be in [0, 1], got {decay_start!r}")
+    if progress is not None and not isinstance(progress, bool):
+        raise TypeError(f"progress must be True, False or None, got {type(progress).__name__} {progress!r}")
     lr = model.default_lr if lr is None else float(lr)
     if lr <= 0:
         raise ValueError(f"lr must be positive, got {lr}")
@@ -117,13 +129,29 @@ def train_sae(
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule)
     logs: dict[str, list[float]] = {"loss": [], "lr": []}
+    name = desc or type(model).__name__
+    decay_step = None if steps is None or decay_start >= 1.0 else int(decay_start * steps)
+    logger.info(
+        "%s: training %s (d_in=%d, d_sae=%d) for %s steps, batch %s, lr %g",
+        name, type(model).__name__, model.d_in, model.d_sae, steps if steps is not None else "all stream",
+        batch_size if is_tensor else "as streamed", lr,
+    )  # fmt: skip
+    start_time = time.perf_counter()
     model.train()
     bar = progress_bar(
-        total=steps, desc=desc or type(model).__name__, disable=None if progress is None else not progress
+        total=steps,
+        desc=name,
+        **(
+            {"disable": None, "delay": AUTO_PROGRESS_DELAY} if progress is None else {"disable": not progress}
+        ),
     )
     for step, xb in enumerate(_batches(data, batch_size, gen)):
         if steps is not None and step >= steps:
             break
+        if step == decay_step and step > 0:
+            logger.info(
+                "%s: step %d, loss %.4g: linear LR decay to 0 from here", name, step, logs["loss"][-1]
+            )
         opt.zero_grad(set_to_none=True)
         loss, info = model.loss(xb)
         loss.backward()
@@ -140,9 +168,15 @@ def train_sae(
             logs.setdefault(key, []).append(value)
         bar.update(1)
         if step % 50 == 0:
-            bar.set_postfix(loss=f"{float(loss.detach()):.4f}")
+            bar.set_postfix(loss=f"{float(loss.detach()):.4f}", refresh=False)
     bar.close()
     if normalize_decoder:
         model.normalize_decoder_()  # leave the model with unit-norm decoder rows
     model.eval()
+    n_steps = len(logs["loss"])
+    epochs = f", {n_steps * batch_size / data.shape[0]:.3g} epochs" if is_tensor else ""
+    logger.info(
+        "%s: done, %d steps%s, final loss %s, %.1f s", name, n_steps, epochs,
+        f"{logs['loss'][-1]:.4g}" if n_steps else "n/a", time.perf_counter() - start_time,
+    )  # fmt: skip
     return logs

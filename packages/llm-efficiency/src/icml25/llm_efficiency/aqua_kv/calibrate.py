@@ -9,6 +9,7 @@ batch (the official code runs the model layer by layer to bound GPU memory; the 
 
 from __future__ import annotations
 
+import logging
 import math
 import numbers
 from collections.abc import Iterable
@@ -17,6 +18,7 @@ from typing import Literal
 
 import torch
 
+from icml25.kernels.experiment import progress as progress_bar
 from icml25.llm_efficiency.aqua_kv.predictors import (
     AquaCodec,
     AquaPredictors,
@@ -28,6 +30,8 @@ from icml25.llm_efficiency.aqua_kv.predictors import (
 from icml25.llm_efficiency.aqua_kv.rope import cache_kwarg, heads_to_rows, kv_layout, undo_rope
 
 __all__ = ["CalibrationReport", "calibrate_predictors", "capture_kv"]
+
+logger = logging.getLogger(__name__)
 
 
 def _check_batch(batch: object, prefix_size: int) -> torch.Tensor:
@@ -64,7 +68,9 @@ def capture_kv(
     out = []
     for batch in batches:
         batch = _check_batch(batch, prefix_size).to(device)
-        cache = DynamicCache(config=model.config)
+        # Full-length layers (no config): a sliding-window config (Mistral) would make DynamicCache keep
+        # only the last `sliding_window` keys; the model's own mask still applies the window.
+        cache = DynamicCache()
         model(input_ids=batch, use_cache=True, **{cache_kwarg(model): cache})
         per_seq_k = [[] for _ in range(batch.shape[0])]
         per_seq_v = [[] for _ in range(batch.shape[0])]
@@ -73,12 +79,18 @@ def capture_kv(
                 cache.layers[layer].keys,
                 cache.layers[layer].values,
             )  # (B, H, T, d), keys post-RoPE
+            if keys.shape[-2] != batch.shape[1]:  # positions 0..T-1 are assumed below
+                raise RuntimeError(
+                    f"layer {layer} cached {keys.shape[-2]} of {batch.shape[1]} tokens: the model's cache "
+                    "dropped keys (capture needs every token)"
+                )
             k = undo_rope(keys, layout, 0)[..., prefix_size:, :]
             v = values.float()[..., prefix_size:, :]
             for i in range(batch.shape[0]):
                 per_seq_k[i].append(heads_to_rows(k[i : i + 1]).cpu())
                 per_seq_v[i].append(heads_to_rows(v[i : i + 1]).cpu())
         out.extend(zip(per_seq_k, per_seq_v))
+        logger.debug("captured KV of a batch %s (%d sequences so far)", tuple(batch.shape), len(out))
     return out
 
 
@@ -129,7 +141,7 @@ def calibrate_predictors(
     *,
     prefix_size: int = 4,
     fit_inputs: Literal["reconstructed", "original"] = "reconstructed",
-    progress: bool = True,
+    progress: bool | None = None,
     captured: list | None = None,
 ) -> tuple[AquaPredictors, CalibrationReport]:
     """Fit AQUA-KV's key and value predictors for every layer ``>= 1`` of ``model``.
@@ -144,15 +156,17 @@ def calibrate_predictors(
         prefix_size: leading tokens (attention sinks) excluded, as the cache never compresses them.
         fit_inputs: ``"reconstructed"`` (the method) or ``"original"`` (ablation: fit on unquantized
             previous layers, a train/inference mismatch that lets errors accumulate).
-        progress: show a tqdm bar over layers.
+        progress: a progress bar over layers; ``None`` (default): only in a terminal, never in CI or when
+            stderr is not a terminal (``icml25.kernels.experiment.progress``). Each layer's fit is logged
+            at INFO level on the ``icml25.llm_efficiency.aqua_kv.calibrate`` logger.
         captured: the output of :func:`capture_kv` for ``batches`` (reuse one capture across fits;
             ``batches`` is then ignored).
 
     Returns:
         ``(predictors, report)``.
     """
-    from tqdm.auto import tqdm
-
+    if progress is not None and not isinstance(progress, bool):
+        raise TypeError(f"progress must be True, False or None, got {type(progress).__name__} {progress!r}")
     if fit_inputs not in ("reconstructed", "original"):
         raise ValueError(f"fit_inputs must be 'reconstructed' or 'original', got {fit_inputs!r}")
     if not isinstance(valid_fraction, (int, float)) or not 0 <= valid_fraction < 1:
@@ -174,9 +188,14 @@ def calibrate_predictors(
 
     report = CalibrationReport(n_train_tokens=sum(s[0][0].shape[0] for s in train),
                                n_valid_tokens=sum(s[0][0].shape[0] for s in valid))  # fmt: skip
+    logger.info(
+        "AQUA-KV calibration: %d layers, c=%d, %d train / %d valid tokens, fit on %s inputs",
+        layout.num_layers, layout.kv_dim, report.n_train_tokens, report.n_valid_tokens, fit_inputs,
+    )  # fmt: skip
     prev = {"train": None, "valid": None}
     nan = math.nan
-    for layer in tqdm(range(layout.num_layers), desc="AQUA-KV calibration", disable=not progress):
+    disable = None if progress is None else not progress
+    for layer in progress_bar(range(layout.num_layers), desc="AQUA-KV calibration", disable=disable):
         k = {"train": stack(train, 0, layer), "valid": stack(valid, 0, layer)}
         v = {"train": stack(train, 1, layer), "valid": stack(valid, 1, layer)}
         if layer > 0:
@@ -219,6 +238,13 @@ def calibrate_predictors(
                 report.key_recon_rel_mse_valid.append(relative_mse(k_hat, k[split]))
                 report.value_recon_rel_mse_valid.append(relative_mse(v_hat, v[split]))
             prev[split] = (k_hat, v_hat)
+        logger.info(
+            "layer %d: K pred relMSE train %.4g valid %.4g | V pred relMSE train %.4g valid %.4g",
+            layer, report.key_pred_rel_mse_train[-1],
+            report.key_pred_rel_mse_valid[-1] if report.key_pred_rel_mse_valid else nan,
+            report.value_pred_rel_mse_train[-1],
+            report.value_pred_rel_mse_valid[-1] if report.value_pred_rel_mse_valid else nan,
+        )  # fmt: skip
     predictors.meta.update(ridge=float(ridge), fit_inputs=fit_inputs, prefix_size=int(prefix_size))
     return predictors, report
 

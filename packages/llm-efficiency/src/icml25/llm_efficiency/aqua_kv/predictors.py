@@ -194,6 +194,10 @@ class AquaCodec:
         quantizer: quantizer of the residuals of layers ``>= 1``.
         first_layer_quantizer: quantizer of layer 0 (no predictor there, so give it more bits;
             ``PassthroughQuantizer()`` keeps it in 16 bits).
+
+    Raises:
+        ValueError: a quantizer's ``group`` exceeds the KV width ``predictors.kv_dim`` (its
+            ``check_width``; a HIGGS group that only fails to divide it warns).
     """
 
     def __init__(
@@ -209,6 +213,8 @@ class AquaCodec:
                 )
             if not (callable(getattr(q, "quantize", None)) and callable(getattr(q, "dequantize", None))):
                 raise TypeError(f"{name} must have quantize/dequantize methods, got {type(q).__name__}")
+            if callable(getattr(q, "check_width", None)):  # group vs c = num_key_value_heads * head_dim
+                q.check_width(predictors.kv_dim, name)
         self.predictors, self.quantizer, self.first_layer_quantizer = (
             predictors,
             quantizer,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import math
 import numbers
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -127,7 +128,9 @@ class HiggsQuantizer:
     """HIGGS: per-group Hadamard rotation + nearest point of a Gaussian-optimal ``(n, d)`` grid.
 
     Bits per value ``log2(n) / d + 16 / group`` (float16 group norm), e.g. 2.125 for d=2, n=16, group=128.
-    Rows whose length ``c`` is not a multiple of ``group`` are zero-padded (the padding is stored and counted).
+    Rows whose length ``c`` is not a multiple of ``group`` are zero-padded (the padding is stored and counted):
+    the KV cache and the calibration (:meth:`check_width`) reject ``group > c`` and warn about the overhead
+    when ``c % group != 0``.
 
     Args:
         d: grid dimension (divides ``group``).
@@ -167,6 +170,40 @@ class HiggsQuantizer:
 
     def __repr__(self) -> str:
         return f"HiggsQuantizer(d={self.d}, n={self.n}, group={self.group}, seed={self.seed})"
+
+    def padded_bits_per_value(self, c: int) -> float:
+        """Bits per value :meth:`quantize` actually stores for rows of length ``c``: the row is zero-padded
+        to a multiple of ``group``, and each bit plane packs its codes 32 to a chunk (the last chunk padded)."""
+        c = _int("c", c)
+        if c < 1:
+            raise ValueError(f"c must be >= 1, got {c}")
+        n_groups = -(-c // self.group)
+        chunks = -(-(n_groups * self.group // self.d) // 32)
+        return (32 * chunks * sum(self.plane_bits) + 16 * n_groups) / c
+
+    def check_width(self, c: int, name: str = "quantizer") -> None:
+        """Check ``group`` against the KV width ``c`` (``num_key_value_heads * head_dim``) of a model.
+
+        Raises ``ValueError`` when ``group > c``: every row would be zero-padded to ``group`` values, storing
+        :meth:`padded_bits_per_value` instead of :attr:`bits_per_value`, and a power-of-two ``group <= c``
+        always exists. Warns when ``c % group != 0`` (the last group of each row is partly padding).
+        """
+        c = _int("c", c)
+        if self.group > c:
+            fit = 1 << (c.bit_length() - 1)
+            raise ValueError(
+                f"{name}.group={self.group} exceeds the KV width c={c} (num_key_value_heads * head_dim): every "
+                f"row would be zero-padded to {self.group} values, {self.padded_bits_per_value(c):.4g} bits per "
+                f"value instead of {self.bits_per_value:.4g}; use group <= {fit}, e.g. "
+                f"HiggsQuantizer(d={self.d}, n={self.n}, group={fit})"
+            )
+        if c % self.group:
+            warnings.warn(
+                f"{name}.group={self.group} does not divide the KV width c={c}: rows are zero-padded to "
+                f"{-(-c // self.group) * self.group} values, {self.padded_bits_per_value(c):.4g} bits per value "
+                f"instead of {self.bits_per_value:.4g}",
+                stacklevel=3,
+            )
 
     def quantize(self, x: torch.Tensor) -> HiggsCodes:
         """Encode ``x`` ``(N, c)`` into :class:`HiggsCodes`."""
@@ -227,6 +264,15 @@ class UniformQuantizer:
 
     def __repr__(self) -> str:
         return f"UniformQuantizer(bits={self.bits}, group={self.group})"
+
+    def check_width(self, c: int, name: str = "quantizer") -> None:
+        """Raise ``ValueError`` unless ``group`` divides the KV width ``c`` (no padding in this quantizer)."""
+        c = _int("c", c)
+        if c % self.group:
+            raise ValueError(
+                f"{name}.group={self.group} must divide the KV width c={c} (num_key_value_heads * head_dim)"
+                + (" and not exceed it" if self.group > c else "")
+            )
 
     def quantize(self, x: torch.Tensor) -> tuple[QuantizedTensor, torch.dtype]:
         """Quantize ``x`` ``(N, c)`` (``c % group == 0``); returns the kernel's QuantizedTensor and x's dtype."""

@@ -13,7 +13,10 @@ from dataclasses import dataclass
 
 import torch
 
-SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
+# Decoders whose attention is Llama's: RoPE on (B, H, T, d) keys in transformers' rotate-half layout, GQA
+# through num_key_value_heads. Mistral differs only by an optional sliding window, which its attention mask
+# applies: the cache keeps every token (no eviction) and the mask hides those outside the window.
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 _POSITION_DEPENDENT_ROPE = ("dynamic", "longrope")
 
 
@@ -34,7 +37,7 @@ class KVLayout:
 
 
 def kv_layout(config: object) -> KVLayout:
-    """Read layers, kv heads, head_dim and RoPE frequencies from a Llama/Qwen-style config.
+    """Read layers, kv heads, head_dim and RoPE frequencies from a Llama/Mistral/Qwen-style config.
 
     Raises:
         ValueError: not a supported RoPE decoder (model_type not in ``SUPPORTED_MODEL_TYPES``), or a RoPE
@@ -43,7 +46,7 @@ def kv_layout(config: object) -> KVLayout:
     model_type = getattr(config, "model_type", None)
     if model_type not in SUPPORTED_MODEL_TYPES:
         raise ValueError(
-            f"config must be a Llama/Qwen-style RoPE decoder (model_type in {SUPPORTED_MODEL_TYPES}), "
+            f"config must be a Llama/Mistral/Qwen-style RoPE decoder (model_type in {SUPPORTED_MODEL_TYPES}), "
             f"got model_type={model_type!r}"
         )
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS

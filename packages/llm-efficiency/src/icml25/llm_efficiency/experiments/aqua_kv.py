@@ -188,10 +188,21 @@ def _mean_rel(kv: object, preds: AquaPredictors, quant: object, first: object) -
     return float(np.mean(k[1:])), float(np.mean(v[1:]))
 
 
-def _gqa_ratios(s: Setting, seed: int, cal_batches: list, eval_batches: list, quant: object, first: object):
-    """The GQA variant (2 KV heads): AQUA / no-predictor error ratios of K and V (reported, no threshold)."""
+def _gqa_ratios(s: Setting, seed: int, cal_batches: list, eval_batches: list):
+    """The GQA variant (2 KV heads): AQUA / no-predictor error ratios of K and V (reported, no threshold).
+
+    Its KV width (2 heads x 32 = 64) is narrower than the main model's group of 128, so its quantizers use
+    groups of the KV width: the same bits per value, no padding.
+    """
     gqa = tiny_llama(s.n_layers, kv_heads=2, seed=seed)
     train_tiny_llama(gqa, s.gqa_train_steps, seed)
+    group = min(s.group, gqa.config.num_key_value_heads * gqa.config.head_dim)
+    quant = HiggsQuantizer(d=s.higgs_d, n=s.higgs_n, group=group, seed=seed)
+    first = (
+        PassthroughQuantizer()
+        if s.first_layer_n is None
+        else HiggsQuantizer(d=s.higgs_d, n=s.first_layer_n, group=group, seed=seed)
+    )
     g_aqua, _ = calibrate_predictors(gqa, cal_batches, quant, first, progress=False)
     g_kv = capture_kv(gqa, eval_batches)
     gk, gv = _mean_rel(g_kv, g_aqua, quant, first)
@@ -276,7 +287,7 @@ def run(quick: bool = True, seed: int = 0, out_dir: str | Path | None = None) ->
         predictor_params=float(aqua.num_parameters()),
     )  # fmt: skip
     if s.gqa_train_steps:
-        metrics.update(_gqa_ratios(s, seed, cal_batches, eval_batches, quant, first))
+        metrics.update(_gqa_ratios(s, seed, cal_batches, eval_batches))
     metrics["seconds"] = time.perf_counter() - t0
 
     figures = [_figure(Path(out_dir), calibration, metrics)] if out_dir is not None else []

@@ -9,19 +9,36 @@ state in ``*_`` attributes after :meth:`GASAgent.fit`):
 4. act: plan on the graph toward the goal and follow the farthest path node within H, switching to the
    final goal once ≤ ``final_goal_threshold`` path nodes remain.
 
+:meth:`GASAgent.save` writes a fitted agent to a folder (``config.json``: hyper-parameters and network
+shapes; ``model.safetensors``: network weights, key nodes, embeddings); :meth:`GASAgent.load` rebuilds it
+bit-exactly (same weights, same key graph, hence the same actions).
+
 :class:`FlatAgent` is the flat baseline: the same low-level policy pointed straight at the final goal.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+import os
 from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
 
 import numpy as np
+import torch
 
+from icml25.kernels.rng import isolated_rng
+from icml25.kernels.serialization import read_folder, write_folder
 from icml25.rl.datasets import trajectories, validate_offline_dataset
 from icml25.rl.gas.graph import KeyGraph, select_subgoal, td_cluster, te_filter_dataset
 from icml25.rl.gas.policy import DirectionalPolicy, PolicyConfig, train_policy, unit_direction
 from icml25.rl.gas.tdr import TDR, TDRConfig, train_tdr
+
+logger = logging.getLogger(__name__)
+
+SAVE_FORMAT = "icml25.rl.GASAgent"
+SAVE_VERSION = 1
 
 
 def _check_obs(x: np.ndarray, name: str, dim: int) -> np.ndarray:
@@ -98,10 +115,17 @@ class GASAgent:
         *,
         tdr: TDR | None = None,
         policy: DirectionalPolicy | None = None,
-        progress: bool = False,
+        progress: bool | None = None,
     ) -> GASAgent:
-        """Train (or reuse the given) TDR and policy on ``dataset`` and build the key graph. Returns self."""
+        """Train (or reuse the given) TDR and policy on ``dataset`` and build the key graph. Returns self.
+
+        ``progress``: progress bars over the training steps; ``None`` (default) shows them in a terminal
+        once a training has run for 2 s, never in CI (``CI`` set) or when stderr is not a terminal.
+        Stages are logged at INFO level on the ``icml25.rl.gas`` loggers.
+        """
         data = validate_offline_dataset(dataset)
+        logger.info("GAS fit: %d transitions, H=%g, te_threshold=%s", len(data["observations"]), self.H,
+                    self.te_threshold)  # fmt: skip
         self.tdr_ = (
             tdr if tdr is not None else train_tdr(data, self.tdr_config, seed=self.seed, progress=progress)
         )
@@ -123,7 +147,76 @@ class GASAgent:
             self.phi_[self.kept_indices_], self.H, return_assignment=True
         )
         self.graph_ = KeyGraph().build(nodes, self.H)
+        logger.info(
+            "GAS key graph: TE filter kept %d/%d states, %d key nodes, %d edges",
+            len(self.kept_indices_), len(self.phi_), self.graph_.n_base, self.graph_.graph.number_of_edges(),
+        )  # fmt: skip
         return self.graph_
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the fitted agent to the folder ``path`` (created if needed); returns it as a ``Path``.
+
+        The folder holds ``config.json`` (format, the constructor's hyper-parameters, the networks' shapes)
+        and ``model.safetensors`` (TDR and policy weights, the key nodes, ``phi_``, ``kept_indices_``,
+        ``node_labels_``). Existing files of those two names are overwritten; nothing is pickled.
+        """
+        if not hasattr(self, "graph_"):
+            raise ValueError("GASAgent is not fitted: call fit(dataset) before save")
+        tensors = {f"tdr.{k}": v for k, v in self.tdr_.state_dict().items()}
+        tensors.update({f"policy.{k}": v for k, v in self.policy_.state_dict().items()})
+        tensors["graph.nodes"] = torch.from_numpy(self.graph_.nodes[: self.graph_.n_base])
+        tensors["phi"] = torch.from_numpy(np.asarray(self.phi_))
+        tensors["kept_indices"] = torch.from_numpy(np.asarray(self.kept_indices_, dtype=np.int64))
+        tensors["node_labels"] = torch.from_numpy(np.asarray(self.node_labels_, dtype=np.int64))
+        config = {
+            "params": {
+                "H": self.H,
+                "te_threshold": self.te_threshold,
+                "final_goal_threshold": self.final_goal_threshold,
+                "seed": self.seed,
+                "tdr_config": _config_dict(self.tdr_config),
+                "policy_config": _config_dict(self.policy_config),
+            },
+            "tdr": self.tdr_.config(),
+            "policy": self.policy_.config(),
+        }
+        folder = write_folder(path, tensors, config, format=SAVE_FORMAT, version=SAVE_VERSION)
+        logger.info("GAS agent saved to %s", folder)
+        return folder
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> GASAgent:
+        """Rebuild an agent written by :meth:`save` (same weights and key graph: the same actions).
+
+        Raises:
+            FileNotFoundError: ``path`` or one of its two files does not exist.
+            NotADirectoryError: ``path`` is a file.
+            ValueError: the files are not a saved :class:`GASAgent` (wrong format, newer version,
+                corrupt JSON or safetensors, missing or mismatched tensors).
+        """
+        folder, config, tensors = read_folder(
+            path, format=SAVE_FORMAT, version=SAVE_VERSION, writer="GASAgent.save", package="icml25-rl"
+        )
+        try:
+            params = dict(config["params"])
+            params["tdr_config"] = _config_from(TDRConfig, params["tdr_config"])
+            params["policy_config"] = _config_from(PolicyConfig, params["policy_config"])
+            agent = cls(**params)
+            # Building the modules draws initial weights: do it on a private generator (they are overwritten).
+            with isolated_rng(0):
+                tdr, policy = TDR(**config["tdr"]), DirectionalPolicy(**config["policy"])
+            tdr.load_state_dict(_prefixed(tensors, "tdr."))
+            policy.load_state_dict(_prefixed(tensors, "policy."))
+            agent.tdr_, agent.policy_ = tdr.eval(), policy.eval()
+            agent.phi_ = tensors["phi"].numpy()
+            agent.kept_indices_ = tensors["kept_indices"].numpy()
+            agent.node_labels_ = tensors["node_labels"].numpy()
+            agent.graph_ = KeyGraph().build(tensors["graph.nodes"].numpy(), agent.H)
+        except (KeyError, TypeError, RuntimeError) as err:
+            raise ValueError(f"{folder} does not hold a consistent saved GASAgent: {err!r}") from None
+        logger.info("GAS agent loaded from %s (%d key nodes)", folder, agent.graph_.n_base)
+        return agent
 
     @property
     def kept_fraction_(self) -> float:
@@ -168,3 +261,23 @@ class GASAgent:
         z = unit_direction(target, phi_s).astype(np.float32)
         action = self.policy_.act(obs[None], z[None])[0]
         return int(action) if self.policy_.discrete else action
+
+
+def _config_dict(cfg: TDRConfig | PolicyConfig | None) -> dict[str, Any] | None:
+    if cfg is None:
+        return None
+    out = dataclasses.asdict(cfg)
+    out["hidden_dims"] = list(out["hidden_dims"])
+    return out
+
+
+def _config_from(cls: type, data: dict[str, Any] | None) -> Any:
+    if data is None:
+        return None
+    data = dict(data)
+    data["hidden_dims"] = tuple(data["hidden_dims"])
+    return cls(**data)
+
+
+def _prefixed(tensors: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    return {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}

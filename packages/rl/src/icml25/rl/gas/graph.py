@@ -20,10 +20,13 @@ From TDR embeddings f = φ(s) of the dataset states (all distances below are in 
 
 from __future__ import annotations
 
+import logging
 import warnings
 
 import networkx as nx
 import numpy as np
+
+logger = logging.getLogger(__name__)
 
 
 def _check_phi(phi: np.ndarray, name: str, dim: int | None = None) -> np.ndarray:
@@ -217,6 +220,8 @@ class KeyGraph:
         g.add_weighted_edges_from((int(i), int(j), float(dist[i, j])) for i, j in zip(rows, cols))
         # Join components: component 0 absorbs the rest one closest pair at a time.
         comps = [sorted(c) for c in nx.strongly_connected_components(g)]
+        logger.debug("key graph: %d nodes, %d edges within H=%g, %d strongly connected components to join",
+                     self.n_base, g.number_of_edges(), self.H, len(comps))  # fmt: skip
         main, others = comps[0], comps[1:]
         while others:
             rest = np.concatenate(others)

@@ -15,6 +15,7 @@ constant-std Gaussian (whose log-likelihood is the MSE of its mean).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -25,7 +26,9 @@ from torch import nn
 from icml25.kernels.experiment import progress as progress_bar
 from icml25.kernels.rng import isolated_rng
 from icml25.rl.datasets import trajectories, validate_offline_dataset
-from icml25.rl.gas.tdr import FourierFeatures, mlp
+from icml25.rl.gas.tdr import FourierFeatures, mlp, progress_kwargs
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -89,8 +92,23 @@ class DirectionalPolicy(nn.Module):
         self.obs_dim, self.tdr_dim = int(obs_dim), int(tdr_dim)
         self.discrete = n_actions is not None
         out = int(n_actions if n_actions is not None else action_dim)  # type: ignore[arg-type]
+        self.n_actions = out if self.discrete else None
+        self.action_dim = None if self.discrete else out
+        self.hidden_dims = tuple(int(w) for w in hidden_dims)
+        self.fourier_features = int(fourier_features)
         self.features = FourierFeatures(fourier_features)
         self.net = mlp(self.features.out_dim(self.obs_dim) + self.tdr_dim, hidden_dims, out, layer_norm=True)
+
+    def config(self) -> dict[str, object]:
+        """The constructor's arguments (JSON-serialisable): ``DirectionalPolicy(**p.config())`` has the same architecture."""
+        return {
+            "obs_dim": self.obs_dim,
+            "tdr_dim": self.tdr_dim,
+            "n_actions": self.n_actions,
+            "action_dim": self.action_dim,
+            "hidden_dims": list(self.hidden_dims),
+            "fourier_features": self.fourier_features,
+        }
 
     def forward(self, obs: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         """Logits ``(B, n_actions)`` or action means ``(B, action_dim)`` for ``obs`` ``(B, obs_dim)``, ``z`` ``(B, tdr_dim)``."""
@@ -110,7 +128,7 @@ def train_policy(
     cfg: PolicyConfig | None = None,
     *,
     seed: int = 0,
-    progress: bool | None = False,
+    progress: bool | None = None,
 ) -> DirectionalPolicy:
     """Directional BC: for a transition (s, a) and a hindsight subgoal g ≤ ``subgoal_steps`` ahead in the
     same trajectory, maximise log π(a | s, normalise(φ(g) − φ(s))).
@@ -121,7 +139,8 @@ def train_policy(
         cfg: hyper-parameters (default :class:`PolicyConfig`).
         seed: seeds the initial weights and the batch/subgoal sampling. The same seed gives the same
             policy; the caller's global random state (torch, NumPy, ``random``) is left untouched.
-        progress: show a progress bar over the gradient steps (``None``: only in a terminal, not in CI).
+        progress: show a progress bar over the gradient steps; ``None`` (default): in a terminal, once the
+            training has run for 2 s, never in CI (``CI`` set) or when stderr is not a terminal.
     """
     cfg = cfg or PolicyConfig()
     data = validate_offline_dataset(dataset)
@@ -166,9 +185,10 @@ def train_policy(
     phi_t = torch.from_numpy(phi)
     act_t = torch.as_tensor(actions, dtype=torch.int64 if discrete else torch.float32)
     opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
-    for _ in progress_bar(
-        range(cfg.steps), desc="policy", disable=None if progress is None else not progress
-    ):
+    bar = progress_kwargs(progress)
+    logger.info("policy training: %d steps, batch %d, %d source rows", cfg.steps, cfg.batch_size, len(rows))
+    log_every = max(1, cfg.steps // 10)
+    for step in progress_bar(range(cfg.steps), desc="policy", **bar):
         idx = rows[rng.integers(0, len(rows), size=cfg.batch_size)]
         goal = np.minimum(idx + rng.integers(1, cfg.subgoal_steps + 1, size=len(idx)), traj.traj_end[idx])
         z = unit_direction(phi_t[goal], phi_t[idx])
@@ -180,4 +200,7 @@ def train_policy(
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+        if (step + 1) % log_every == 0 and logger.isEnabledFor(logging.DEBUG):
+            logger.debug("policy step %d/%d: loss %.5g", step + 1, cfg.steps, loss.detach().item())
+    logger.info("policy trained: final batch loss %.5g", loss.detach().item())
     return policy.eval()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -25,6 +26,23 @@ from torch import nn
 from icml25.kernels.experiment import progress as progress_bar
 from icml25.kernels.rng import isolated_rng
 from icml25.rl.datasets import trajectories, validate_offline_dataset
+
+logger = logging.getLogger(__name__)
+
+AUTO_PROGRESS_DELAY = 2.0  # seconds a training runs before its automatic (progress=None) bar appears
+
+
+def progress_kwargs(progress: bool | None) -> dict[str, object]:
+    """``disable``/``delay`` for :func:`icml25.kernels.experiment.progress` from a trainer's ``progress``.
+
+    ``True``/``False`` force the bar on/off; ``None`` leaves it to the terminal check (quiet in CI or when
+    stderr is not a terminal) and shows it only once the loop has run :data:`AUTO_PROGRESS_DELAY` seconds.
+    """
+    if progress is not None and not isinstance(progress, bool):
+        raise TypeError(f"progress must be True, False or None, got {type(progress).__name__} {progress!r}")
+    if progress is None:
+        return {"disable": None, "delay": AUTO_PROGRESS_DELAY}
+    return {"disable": not progress}
 
 
 @dataclass
@@ -174,10 +192,23 @@ class TDR(nn.Module):
     ) -> None:
         super().__init__()
         self.obs_dim, self.tdr_dim, self.n_heads = int(obs_dim), int(tdr_dim), int(n_heads)
+        self.hidden_dims, self.layer_norm = tuple(int(w) for w in hidden_dims), bool(layer_norm)
+        self.fourier_features = int(fourier_features)
         self.features = FourierFeatures(fourier_features)
         self.net = EnsembleMLP(
             self.n_heads, self.features.out_dim(self.obs_dim), hidden_dims, self.tdr_dim, layer_norm
         )
+
+    def config(self) -> dict[str, object]:
+        """The constructor's arguments (JSON-serialisable): ``TDR(**tdr.config())`` has the same architecture."""
+        return {
+            "obs_dim": self.obs_dim,
+            "tdr_dim": self.tdr_dim,
+            "hidden_dims": list(self.hidden_dims),
+            "layer_norm": self.layer_norm,
+            "n_heads": self.n_heads,
+            "fourier_features": self.fourier_features,
+        }
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """φ of every head: ``(B, obs_dim)`` → ``(n_heads, B, tdr_dim)``."""
@@ -266,7 +297,7 @@ def train_tdr(
     cfg: TDRConfig | None = None,
     *,
     seed: int = 0,
-    progress: bool | None = False,
+    progress: bool | None = None,
 ) -> TDR:
     """Train a TDR on an offline dataset (see :mod:`icml25.rl.datasets` for the layout).
 
@@ -275,7 +306,8 @@ def train_tdr(
         cfg: hyper-parameters (default :class:`TDRConfig`).
         seed: seeds the initial weights and the batch/goal sampling. The same seed gives the same TDR;
             the caller's global random state (torch, NumPy, ``random``) is left untouched.
-        progress: show a progress bar over the gradient steps (``None``: only in a terminal, not in CI).
+        progress: show a progress bar over the gradient steps; ``None`` (default): in a terminal, once the
+            training has run for 2 s, never in CI (``CI`` set) or when stderr is not a terminal.
 
     Returns:
         the trained :class:`TDR` in eval mode (use ``tdr.encode(observations)`` for φ).
@@ -301,7 +333,12 @@ def train_tdr(
     rng = np.random.default_rng(seed)
     target = copy.deepcopy(tdr).requires_grad_(False)
     opt = torch.optim.Adam(tdr.parameters(), lr=cfg.lr)
-    for _ in progress_bar(range(cfg.steps), desc="TDR", disable=None if progress is None else not progress):
+    bar = progress_kwargs(progress)
+    logger.info(
+        "TDR training: %d steps, batch %d, %d transitions", cfg.steps, cfg.batch_size, len(valid_rows)
+    )
+    log_every = max(1, cfg.steps // 10)
+    for step in progress_bar(range(cfg.steps), desc="TDR", **bar):
         idx = valid_rows[rng.integers(0, len(valid_rows), size=cfg.batch_size)]
         goal_idx = sample_tdr_goals(rng, idx, traj.traj_end, len(obs_all), cfg)
         obs, nxt, goals = obs_all[idx], next_all[idx], obs_all[goal_idx]
@@ -316,4 +353,7 @@ def train_tdr(
         with torch.no_grad():
             for p, tp in zip(tdr.parameters(), target.parameters()):
                 tp.lerp_(p, cfg.tau)
+        if (step + 1) % log_every == 0 and logger.isEnabledFor(logging.DEBUG):
+            logger.debug("TDR step %d/%d: loss %.5g", step + 1, cfg.steps, loss.detach().item())
+    logger.info("TDR trained: final batch loss %.5g", loss.detach().item())
     return tdr.eval()

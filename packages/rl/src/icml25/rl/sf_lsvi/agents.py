@@ -25,6 +25,7 @@ Rewards must lie in ``[0, r_max]`` (the moment projection assumes returns in ``[
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -37,6 +38,8 @@ from icml25.rl.sf_lsvi.mdp import as_policy
 from icml25.rl.sf_lsvi.moments import expansion_tensor, moment_bellman_target, project
 
 __all__ = ["EpisodeBatch", "EpsilonGreedyQLearning", "LinearSFLSVI", "TabularSFLSVI", "Transition"]
+
+logger = logging.getLogger(__name__)
 
 _MAX_TABLE = 200_000_000  # float64 entries of the dense tabular statistics (1.6 GB)
 
@@ -291,6 +294,9 @@ class TabularSFLSVI(_TabularAgent):
         b = self._batch([episode], "episode")
         self._add(b, np.ones(len(b.step)))
         self._recompute()
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("TabularSFLSVI update: episode of %d steps, %g transitions seen, V_0 max %.4g",
+                         len(b.step), self.counts_.sum(), self.q_[0].max())  # fmt: skip
         return self
 
     def fit(
@@ -302,6 +308,8 @@ class TabularSFLSVI(_TabularAgent):
         self._reset_stats()
         self._add(b, w[b.episode])
         self._recompute()
+        logger.info("TabularSFLSVI fit: %d episodes, %d transitions, H=%d, %d moments",
+                    b.n_episodes, len(b.step), self.H, self.n_moments)  # fmt: skip
         return self
 
     def _reset_stats(self) -> None:
@@ -496,6 +504,8 @@ class LinearSFLSVI:
         """Add one episode (features computed and validated first) and refit every step."""
         self._append(self._rows(episode, "episode"))
         self._recompute()
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("LinearSFLSVI update: %d transitions seen", int(sum(self.counts_)))
         return self
 
     def _append(self, rows: list[tuple[np.ndarray, float, np.ndarray, bool]]) -> None:
@@ -514,6 +524,8 @@ class LinearSFLSVI:
         for rows in all_rows:
             self._append(rows)
         self._recompute()
+        logger.info("LinearSFLSVI fit: %d episodes, %d transitions, H=%d, d=%d, %d moments",
+                    len(all_rows), sum(len(r) for r in all_rows), self.H, self.d, self.n_moments)  # fmt: skip
         return self
 
     def _recompute(self) -> None:
