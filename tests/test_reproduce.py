@@ -5,6 +5,7 @@ ledger folder."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import types
 from pathlib import Path
@@ -268,3 +269,22 @@ def test_tools_wrapper_help_names_the_repository_ledger(capsys: pytest.CaptureFi
         tools_reproduce.main(["--help"])
     out = capsys.readouterr().out
     assert exc.value.code == 0 and "tools/reproduce.py" in out and "--record" in out
+
+
+def test_git_dirty_ignores_the_ledger_folder_a_multi_paper_record_writes(tmp_path: Path) -> None:
+    from icml25.kernels.reproduce import _dirty
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "P01.json").write_text("{}\n")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "init")
+    (tmp_path / "results" / "P01.json").write_text('{"new": 1}\n')  # written by the same --record run
+    assert _dirty(tmp_path, tmp_path / "results") is False
+    assert _dirty(tmp_path, None) is True  # without the ledger folder every tracked change counts
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert _dirty(tmp_path, tmp_path / "results") is True

@@ -328,11 +328,33 @@ def machine() -> dict[str, Any]:
     return info
 
 
+def _dirty(repo: Path | None, results: Path | None) -> bool:
+    # Tracked files changed in the checkout, the ledger folder excluded: a `--record` run of several
+    # papers writes results/<id>.json as it goes, which must not mark the later papers' code as modified.
+    spec = ["--"]
+    if results is not None:
+        root = _git("rev-parse", "--show-toplevel", repo=repo)
+        try:
+            relative = Path(results).resolve().relative_to(Path(root).resolve()) if root else None
+        except ValueError:
+            relative = None  # the ledger lives outside the checkout
+        if relative is not None and str(relative) != ".":
+            spec += [":/", f":(top,exclude){relative.as_posix()}"]
+    return bool(_git("status", "--porcelain", "--untracked-files=no", *spec, repo=repo))
+
+
 def ledger_entry(
-    outcome: Outcome, experiment: Experiment, *, seed: int, note: str = "", repo: Path | None = None
+    outcome: Outcome,
+    experiment: Experiment,
+    *,
+    seed: int,
+    note: str = "",
+    repo: Path | None = None,
+    results: Path | None = None,
 ) -> dict[str, Any]:
     """The ``results/<id>.json`` record of one full run; ``git_commit``/``git_dirty`` describe the git
-    checkout at ``repo`` (default: the current directory), empty/None outside one."""
+    checkout at ``repo`` (default: the current directory), empty/None outside one. ``git_dirty`` ignores
+    the ledger folder ``results`` (the run itself writes there)."""
     r = outcome.report
     distribution, version = getattr(experiment, "distribution", ("", ""))
     commit = _git("rev-parse", "HEAD", repo=repo)
@@ -353,9 +375,7 @@ def ledger_entry(
         "package": distribution,
         "package_version": version,
         "git_commit": commit,
-        "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no", repo=repo))
-        if commit
-        else None,
+        "git_dirty": _dirty(repo, results) if commit else None,
         "machine": machine(),
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "notes": getattr(r, "notes", ""),
@@ -379,7 +399,7 @@ def record(
     """Write ``results/<id>.json`` (:func:`ledger_entry`) and return its path."""
     results.mkdir(parents=True, exist_ok=True)
     path = results / f"{outcome.paper}.json"
-    entry = ledger_entry(outcome, experiment, seed=seed, note=note, repo=repo)
+    entry = ledger_entry(outcome, experiment, seed=seed, note=note, repo=repo, results=results)
     path.write_text(json.dumps(entry, indent=2, allow_nan=False) + "\n")
     return path
 
