@@ -124,8 +124,11 @@ def test_check_reports_a_ledger_that_disagrees_with_the_expectation(scratch_repo
 def test_readme_table_shows_claim_measured_baseline_and_status_from_the_ledger() -> None:
     table = catalog.render_table(catalog.load(), catalog.load_ledger(ROOT / "results"))
     for paper in _implemented():
-        entry = json.loads((ROOT / "results" / f"{paper.id}.json").read_text())
         row = next(line for line in table.splitlines() if line.startswith(f"| {paper.id} |"))
+        if paper.full_run_pending:  # its current full run is not recorded: the row says so, no stale numbers
+            assert f"full run pending ({paper.full_run_pending})" in row and "reproduced" not in row
+            continue
+        entry = json.loads((ROOT / "results" / f"{paper.id}.json").read_text())
         assert f"{entry['headline']} = " in row and f"results/{paper.id}.json" in row
         assert ("known miss" in row) == paper.expects_miss("full")
         assert ("reproduced" in row) == (not paper.expects_miss("full"))
@@ -167,4 +170,13 @@ def test_the_tools_reject_a_package_the_workspace_does_not_have(tmp_path: Path) 
     (tmp_path / "catalog.toml").write_text(text)
     assert shipped.load(tmp_path / "catalog.toml")  # a well-formed area name, valid on its own
     with pytest.raises(ValueError, match="P00: package must be one of"):
+        catalog.load(tmp_path / "catalog.toml")
+
+
+def test_full_run_pending_is_only_for_implemented_papers(tmp_path: Path) -> None:
+    text = catalog.CATALOG.read_text()
+    anchor = 'title = "Cross-modal task vectors in VLMs"'
+    assert anchor in text
+    (tmp_path / "catalog.toml").write_text(text.replace(anchor, f'{anchor}\nfull_run_pending = "x"'))
+    with pytest.raises(ValueError, match="P00: full_run_pending is only for implemented papers"):
         catalog.load(tmp_path / "catalog.toml")

@@ -70,6 +70,8 @@ def _fmt(value: object) -> str:
 
 
 def _ledger_status(p: Paper, entry: dict | None) -> str:
+    if p.full_run_pending:
+        return f"full run pending ({p.full_run_pending})"
     if entry is None:
         return "quick only (no recorded full run)"
     if entry["passed"]:
@@ -93,7 +95,7 @@ def render_table(papers: list[Paper], ledger: dict[str, dict] | None = None) -> 
         if p.status == "implemented":
             entry = ledger.get(p.id)
             status = f"{_ledger_status(p, entry)}: `{p.module}`"
-            if entry is not None:
+            if entry is not None and not p.full_run_pending:
                 claim = entry["claim"].replace("|", "\\|")
                 measured = f"{entry['headline']} = {_fmt(entry['metrics'][entry['headline']])}"
                 if entry.get("baseline"):
@@ -197,8 +199,8 @@ def _ledger_catalog_problems(papers: list[Paper], ledger: dict[str, dict]) -> li
             f"results/{pid}.json: a ledger entry for a paper the catalog does not list as implemented"
         )
     for p in papers:
-        if p.status != "implemented":
-            continue
+        if p.status != "implemented" or p.full_run_pending:
+            continue  # a pending full run is shown as such in the README table
         entry = ledger.get(p.id)
         if entry is None:
             problems.append(
@@ -249,9 +251,10 @@ def ledger_problems(
     ledger = load_ledger(root / "results")
     thresholds = current_thresholds(papers) if thresholds is None else thresholds
     problems = []
+    pending = {p.id for p in papers if p.full_run_pending}
     for pid, now in sorted(thresholds.items()):
         entry = ledger.get(pid)
-        if entry is not None and entry.get("threshold") != now:
+        if entry is not None and pid not in pending and entry.get("threshold") != now:
             problems.append(
                 f"results/{pid}.json is stale: it records threshold {entry.get('threshold')!r} but the "
                 f"experiment states {now!r} (python tools/reproduce.py --only {pid} --full --record)"

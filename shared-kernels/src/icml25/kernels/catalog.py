@@ -55,6 +55,9 @@ class Paper:
     miss_reason: str = ""
     miss_in: tuple[str, ...] = MODES
     """The modes (``quick``, ``full``) a known miss applies to."""
+    full_run_pending: str = ""
+    """Why an implemented paper's current full run is not in the ledger yet (e.g. it ran past a session);
+    while set, a missing or stale ledger entry is reported as pending instead of failing the check."""
 
     @property
     def area(self) -> str:
@@ -126,6 +129,8 @@ def _validate(p: Paper, packages: Collection[str] | None) -> None:
         raise ValueError(f"{p.id}: slug must be kebab-case, got {p.slug!r}")
     if p.status not in STATUSES:
         raise ValueError(f"{p.id}: status must be one of {STATUSES}, got {p.status!r}")
+    if p.full_run_pending and p.status != "implemented":
+        raise ValueError(f"{p.id}: full_run_pending is only for implemented papers, got status {p.status!r}")
     if p.package == "none":
         if p.status != "out-of-scope":
             raise ValueError(f"{p.id}: package 'none' is only for an out-of-scope paper")
