@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from icml25.generative_models.tarflow import _check_positive_int as _check_int
 from icml25.kernels.rng import isolated_rng, make_generator
 
 __all__ = ["CouplingFlow"]
@@ -107,14 +108,6 @@ class _AffineCoupling(nn.Module):
         z_a, z_b = z[:, : self.split], z[:, self.split :]
         log_s, t = self._params(z_a)
         return torch.cat([z_a, (z_b - t) * torch.exp(-log_s)], 1)
-
-
-def _check_int(name: str, value: object, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int >= {minimum}, got {type(value).__name__} {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value}")
-    return value
 
 
 class CouplingFlow(nn.Module):
