@@ -34,6 +34,7 @@ false-positive rate on control dialogues).
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Any
 
 import numpy as np
@@ -158,7 +159,7 @@ def _orient(coef: np.ndarray, x: np.ndarray, y: np.ndarray, w: np.ndarray | None
 
 
 # ------------------------------------------------------------------------------------------ base
-class _LinearProbe(ClassifierMixin, BaseEstimator):
+class _LinearProbe(ClassifierMixin, BaseEstimator, ABC):
     """Shared fit / score / predict logic; subclasses implement ``_direction``."""
 
     def _check_params(self) -> None:
@@ -172,10 +173,12 @@ class _LinearProbe(ClassifierMixin, BaseEstimator):
         tags.classifier_tags.multi_class = False
         return tags
 
+    @abstractmethod
     def _direction(
         self, x: np.ndarray, y: np.ndarray, w: np.ndarray | None
     ) -> tuple[np.ndarray, float, dict]:
-        raise NotImplementedError
+        """The probe's direction ``coef [d]``, offset and extra fitted attributes from tokens ``x [n, d]``,
+        labels ``y [n]`` and optional token weights ``w [n]``."""
 
     def fit(self, X: Any, y: Any = None) -> _LinearProbe:
         """Fit on honest/deceptive tokens (see the module docstring for the formats of ``X`` and ``y``).
