@@ -1,14 +1,15 @@
 """Hostile-input contract of icml25.causal_discovery (CONTRIBUTING.md, "Bad input contract").
 
-P07 MAG listing, P54 ARROW, P48 best subset selection and P08 fair coresets: every public callable is registered with a
+P07 MAG listing, P54 ARROW, P48 best subset selection, P08 fair coresets and P39 true-false labels: every public callable is registered with a
 valid example call; :mod:`icml25.kernels.testing` derives the hostile variants and asserts a clear error or a documented,
-finite result; ARROW, OptimalPursuitRegressor and FairCoreset keep their fitted state after a rejected ``fit``.
+finite result; ARROW, OptimalPursuitRegressor, FairCoreset and TFLClassifier keep their fitted state after a rejected ``fit``.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 import icml25.causal_discovery as cd
 from icml25.causal_discovery.arrow import from_tigramite_graph, to_tigramite_graph
@@ -77,6 +78,36 @@ def _fitted_fair_coreset():
         return model.fit(indices, groups, strong=_fc_oracles()[0], weak=_fc_oracles()[1])
 
     return fit, {"indices": np.arange(60), "groups": _FG}, model
+
+
+_TX = _rng.normal(size=(60, 4)) + 3.0 * np.eye(3, 4)[np.arange(60) % 3]
+_TY = np.arange(60) % 3
+_TYB, _TS = cd.make_tfl(_TY, 3, seed=0)
+_TP = _rng.dirichlet(np.ones(3), size=60)
+_TLOGITS = torch.as_tensor(_rng.normal(size=(8, 3)), dtype=torch.float32)
+_TPRIOR = torch.softmax(torch.as_tensor(_rng.normal(size=(8, 3)), dtype=torch.float32), 1)
+_EMB = torch.as_tensor(_rng.normal(size=(30, 6)), dtype=torch.float32)
+TFL_CONSTANT_X = "constant features are valid data (the model then predicts from its bias terms)"
+TFL_ANSWERS = (
+    "all-True or all-False answers are valid TFL data (with a prior given, no self-training warning)"
+)
+TFL_FLOAT_LABELS = "integer-valued float class indices (and 0.0/1.0 answers) are accepted, as in scikit-learn"
+COSINE_SCALE = "cosine similarity is scale-invariant (vectors are max-abs scaled before it)"
+TIES = "equal embeddings tie: any of the tied indices is a correct retrieval"
+
+
+def _fitted_tfl():
+    model = cd.TFLClassifier((8,), epochs=1, seed=0).fit(_TX, _TYB, _TS, prior=_TP)
+
+    def fit(X, y, s, prior):
+        return model.fit(X, y, s, prior=prior)
+
+    return fit, {"X": _TX, "y": _TYB, "s": _TS, "prior": _TP}, model
+
+
+def _fitted_tfl_predict():
+    model = cd.TFLClassifier((8,), epochs=1, seed=0).fit(_TX, _TYB, _TS, prior=_TP)
+    return model.predict_proba, {"X": _TX}, None
 
 
 SPECS = [
@@ -325,6 +356,98 @@ SPECS = [
             "constant": "one group (or equal weights) has well-defined shares",
             "groups:dtype": FC_STR,
             "weights:huge": "shares are scale-free in the weights",
+        },
+    ),
+    HostileSpec(
+        "tfl_rc_loss",
+        cd.tfl_rc_loss,
+        {
+            "logits": _TLOGITS,
+            "ybar": torch.tensor([0, 1, 2, 0, 1, 2, 0, 1]),
+            "s": torch.tensor([1, 0, 0, 1, 0, 0, 0, 1]),
+            "prior": _TPRIOR,
+        },
+        ("logits", "ybar", "s", "prior"),
+        allow={
+            "logits:constant": "equal logits are a uniform prediction: the loss is log K per sample",
+            "logits:huge": "log-softmax is shift-stable; the loss scales with the logits (finite in float32)",
+            "ybar:constant": "every sample asked about the same class is valid TFL data",
+            "ybar:dtype": TFL_FLOAT_LABELS,
+            "s:constant": TFL_ANSWERS,
+            "s:dtype": TFL_FLOAT_LABELS,
+        },
+    ),
+    HostileSpec(
+        "sharpen_prior",
+        lambda prior: cd.sharpen_prior(prior, 0.5),
+        {"prior": _TPRIOR},
+        ("prior",),
+        allow={
+            "constant": "equal weights sharpen to the uniform distribution",
+            "huge": "softmax(log p / T) is invariant to a common scale of p",
+        },
+    ),
+    HostileSpec(
+        "make_tfl",
+        lambda oracle: cd.make_tfl(oracle, 3, annotator_acc=0.9, seed=0),
+        {"oracle": _TY},
+        ("oracle",),
+        allow={"constant": "one true class for every instance is valid data"},
+    ),
+    HostileSpec(
+        "TFLClassifier.fit",
+        setup=_fitted_tfl,
+        arrays=("X", "y", "s", "prior"),
+        covers=("TFLClassifier",),
+        allow={
+            "X:constant": TFL_CONSTANT_X,
+            "y:constant": "every sample asked about the same class is valid TFL data",
+            "s:constant": TFL_ANSWERS,
+        },
+    ),
+    HostileSpec(
+        "TFLClassifier.predict_proba",
+        setup=_fitted_tfl_predict,
+        arrays=("X",),
+        covers=("TFLClassifier",),
+        allow={"constant": "any finite X below the documented 1e15 is a valid input to prediction"},
+    ),
+    HostileSpec(
+        "PromptImageGenerator",
+        lambda: cd.PromptImageGenerator(size=4)(),
+        {},
+        (),
+        global_rng="constructing an nn.Module draws its initialisation from torch's global generator",
+    ),
+    HostileSpec(
+        "retrieve_text_prompts",
+        lambda prompt_emb, class_text_emb: cd.retrieve_text_prompts(prompt_emb, class_text_emb, n_prompts=4),
+        {"prompt_emb": _EMB[0], "class_text_emb": _EMB[1:11]},
+        ("prompt_emb", "class_text_emb"),
+        allow={"huge": COSINE_SCALE, "constant": TIES},
+    ),
+    HostileSpec(
+        "retrieve_image_prompts",
+        lambda prompt_emb, image_emb: cd.retrieve_image_prompts(
+            prompt_emb, image_emb, n_prompts=3, pool=20, seed=0
+        ),
+        {"prompt_emb": _EMB[0], "image_emb": _EMB},
+        ("prompt_emb", "image_emb"),
+        allow={"huge": COSINE_SCALE, "constant": TIES},
+    ),
+    HostileSpec(
+        "mrp_features",
+        cd.mrp_features,
+        {
+            "image_emb": _EMB[:5],
+            "prompt_emb": _EMB[5],
+            "text_prompts": _EMB[6:10],
+            "image_prompts": _EMB[10:12],
+        },
+        ("image_emb", "prompt_emb", "text_prompts", "image_prompts"),
+        allow={
+            "constant": "a concatenation: constant embeddings are valid",
+            "huge": "a concatenation is exact",
         },
     ),
 ]

@@ -45,6 +45,16 @@ from icml25.causal_discovery.mag_listing import (
     markov_equivalent,
     pag_from_mag,
 )
+from icml25.causal_discovery.tfl import (
+    PromptImageGenerator,
+    TFLClassifier,
+    make_tfl,
+    mrp_features,
+    retrieve_image_prompts,
+    retrieve_text_prompts,
+    sharpen_prior,
+    tfl_rc_loss,
+)
 
 __version__ = _distribution_version("icml25-causal-discovery")
 
@@ -60,7 +70,9 @@ __all__ = [
     "ListingStats",
     "MetricWarning",
     "OptimalPursuitRegressor",
+    "PromptImageGenerator",
     "StrongOracle",
+    "TFLClassifier",
     "WeakOracle",
     "__version__",
     "apply_background_knowledge",
@@ -72,12 +84,18 @@ __all__ = [
     "is_mag",
     "list_mags",
     "list_mags_bruteforce",
+    "make_tfl",
     "markov_equivalent",
+    "mrp_features",
     "null_threshold",
     "pag_from_mag",
     "proportional_bounds",
     "prune_candidates",
+    "retrieve_image_prompts",
+    "retrieve_text_prompts",
     "robust_distance",
+    "sharpen_prior",
+    "tfl_rc_loss",
     "time_weave",
     "uniform_coreset",
     "xor_lag_scores",

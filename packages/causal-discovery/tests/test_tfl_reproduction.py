@@ -1,0 +1,41 @@
+"""P39 quick reproduction: the RC learner beats the true-only baseline, the zero-shot scorer and its
+pseudo-labels on digits; with the yes/no answers decoupled from the instances (broken) the gate fails."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from icml25.causal_discovery.experiments import tfl as exp
+from icml25.kernels.experiment import evaluate_checks
+
+
+@pytest.fixture(scope="module")
+def quick_report(tmp_path_factory: pytest.TempPathFactory):
+    return exp.run(quick=True, seed=0, out_dir=tmp_path_factory.mktemp("p39"))
+
+
+def test_quick_run_passes_its_gate(quick_report) -> None:
+    m = quick_report.metrics
+    assert quick_report.passed, quick_report.metrics
+    assert quick_report.threshold == exp.threshold(quick=True)
+    assert m["digits_rc"] >= m["digits_true_only"] + 0.05
+    assert m["digits_rc"] >= m["digits_pseudo"] + 0.01
+    assert m["digits_rc"] < m["digits_supervised"]  # the supervised upper bound stays above
+    assert 0.08 < m["digits_true_fraction"] < 0.14  # about 1/K of the answers are "yes"
+    assert m["digits_answer_error"] < 0.06  # the annotator is right with probability 0.97
+    assert all(Path(f).exists() for f in quick_report.figures)
+
+
+def test_broken_variant_fails_the_quick_gate() -> None:
+    """RC trained on answers permuted across instances (the TFL information removed) fails the gate."""
+    m = exp.measure(exp.QUICK, seed=0, broken=True)
+    verdict = evaluate_checks(exp.checks(exp.QUICK), m)
+    assert not all(verdict.values())
+    assert not verdict["digits: RC accuracy >= pseudo-label + 0.01"]
+
+
+def test_full_threshold_text_names_every_check() -> None:
+    text = exp.threshold(quick=False)
+    assert "digits: RC >= true-only + 0.10" in text and "fashion: RC >= pseudo-label" in text
