@@ -13,6 +13,7 @@ import torch
 
 import icml25.llm_efficiency as le
 from icml25.kernels import testing as kt
+from icml25.kernels.rng import isolated_rng
 from icml25.kernels.testing import HostileSpec
 
 _g = torch.Generator().manual_seed(0)
@@ -175,6 +176,112 @@ SPECS = [
         le.retrieve,
         {"chunks": ["a key", "b", "key c"], "query": "key", "k": 1, "scorer": "tfidf"},
         (),
+    ),
+]
+# P09 joint MoE scaling law ------------------------------------------------------------------------------
+_LAW = le.JointMoEScalingLaw(le.PAPER_COEFFS_UNVERIFIED)
+_RUNS_RNG = np.random.default_rng(0)
+_RUN_N = np.exp(_RUNS_RNG.uniform(np.log(1e7), np.log(1e9), 12))
+_RUN_D = np.exp(_RUNS_RNG.uniform(np.log(1e8), np.log(1e11), 12))
+_RUN_E = np.array([1.0, 2, 4, 8] * 3)
+_RUN_L = _LAW.loss(_RUN_N, _RUN_D, _RUN_E)
+LAW_OK = {
+    "extra_dim": "the law is vectorised: broadcastable arrays give the broadcast shape",
+    "missing_dim": "a 0-d (scalar) argument broadcasts",
+    "constant": CONST_OK,
+    "huge": "the law is defined for any positive count: the loss tends to c (or grows finitely)",
+}
+
+
+def _fit_setup():
+    law = le.JointMoEScalingLaw()
+    return (
+        lambda n_act, tokens, experts, losses: law.fit(
+            n_act, tokens, experts, losses, n_inits=2, max_iter=20
+        ),
+        {"n_act": _RUN_N, "tokens": _RUN_D, "experts": _RUN_E, "losses": _RUN_L},
+        law,
+    )
+
+
+with isolated_rng(0):
+    _FFN = le.MoEFFN(8, 16, n_experts=4)
+    _DEC = le.TinyDecoder(16, d_model=8, n_heads=2, max_len=8, d_ff=16, n_experts=2)
+_CORPUS = le.TopicBigramCorpus(vocab=16, n_topics=2, successors=3, switch_every=8)
+_TOK, _TOP = _CORPUS.sample(40, seed=0)
+
+SPECS += [
+    HostileSpec(
+        "JointMoEScalingLaw.loss",
+        lambda n_act, tokens, experts: _LAW.loss(n_act, tokens, experts),
+        {"n_act": _RUN_N[:3], "tokens": _RUN_D[:3], "experts": _RUN_E[:3]},
+        ("n_act", "tokens", "experts"),
+        LAW_OK,
+        covers=("JointMoEScalingLaw", "JointLawParams", "PAPER_COEFFS_UNVERIFIED"),
+    ),
+    HostileSpec(
+        "JointMoEScalingLaw.fit",
+        arrays=("n_act", "tokens", "experts", "losses"),
+        allow={"huge": "a 1e30 scale is a valid (if odd) unit: the fit stays finite"},
+        setup=_fit_setup,
+    ),
+    HostileSpec(
+        "JointMoEScalingLaw.compute_optimal",
+        lambda flops, experts: _LAW.compute_optimal(flops, experts),
+        {"flops": 1e21, "experts": 4.0},
+        ("flops", "experts"),
+        covers=("Allocation",),
+    ),
+    HostileSpec(
+        "JointMoEScalingLaw.memory_constrained_optimal",
+        lambda flops, max_total_params: _LAW.memory_constrained_optimal(flops, max_total_params),
+        {"flops": 1e21, "max_total_params": 2e9},
+        ("flops", "max_total_params"),
+    ),
+    HostileSpec(
+        "JointMoEScalingLaw.compare_dense_vs_moe",
+        lambda flops, max_total_params: _LAW.compare_dense_vs_moe(flops, max_total_params),
+        {"flops": 1e21, "max_total_params": 2e9},
+        ("flops", "max_total_params"),
+    ),
+    HostileSpec(
+        "total_params",
+        le.total_params,
+        {"n_act": 1e8, "experts": 4, "ffn_fraction": 0.5},
+        ("n_act", "ffn_fraction"),
+    ),
+    HostileSpec(
+        "lr_rule", le.lr_rule, {"n_act": np.array([1e8, 1e9]), "experts": 4.0}, ("n_act", "experts"), LAW_OK
+    ),
+    HostileSpec(
+        "budget_table",
+        le.budget_table,
+        {"flops": 1e21, "max_total_params": 2e9},
+        ("flops", "max_total_params"),
+    ),
+    HostileSpec(
+        "MoEFFN",
+        lambda x: _FFN(x),
+        {"x": torch.randn(2, 3, 8, generator=_g)},
+        ("x",),
+        {
+            "constant": CONST_OK,
+            "huge": "routing is scale-invariant and the FFN output stays finite in float32",
+        },
+    ),
+    HostileSpec(
+        "TinyDecoder",
+        lambda ids: _DEC(ids),
+        {"ids": torch.randint(0, 16, (2, 8), generator=_g)},
+        ("ids",),
+        {"constant": "a sequence repeating one token is valid"},
+    ),
+    HostileSpec(
+        "TopicBigramCorpus.reference_losses",
+        lambda tokens, topics: _CORPUS.reference_losses(tokens, topics),
+        {"tokens": _TOK, "topics": _TOP},
+        ("tokens", "topics"),
+        covers=("TopicBigramCorpus",),
     ),
 ]
 EXCLUDED = {

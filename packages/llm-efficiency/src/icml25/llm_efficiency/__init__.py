@@ -16,6 +16,18 @@ from icml25.llm_efficiency.aqua_kv import (
     evaluate_kv_compression,
     make_gaussian_grid,
 )
+from icml25.llm_efficiency.moe_scaling import (
+    PAPER_COEFFS_UNVERIFIED,
+    Allocation,
+    JointLawParams,
+    JointMoEScalingLaw,
+    MoEFFN,
+    TinyDecoder,
+    TopicBigramCorpus,
+    budget_table,
+    lr_rule,
+    total_params,
+)
 from icml25.llm_efficiency.rapid import (
     Chunk,
     InductionLM,
@@ -43,11 +55,16 @@ from icml25.llm_efficiency.sparge import (
 __version__ = _distribution_version("icml25-llm-efficiency")
 
 __all__ = [
+    "PAPER_COEFFS_UNVERIFIED",
+    "Allocation",
     "AquaPredictors",
     "CalibrationReport",
     "Chunk",
     "HiggsQuantizer",
     "InductionLM",
+    "JointLawParams",
+    "JointMoEScalingLaw",
+    "MoEFFN",
     "PassthroughQuantizer",
     "RapidGenerator",
     "RapidOutput",
@@ -55,14 +72,18 @@ __all__ = [
     "SpargeHeadParams",
     "SpargeStats",
     "SpargeTuner",
+    "TinyDecoder",
+    "TopicBigramCorpus",
     "UniformQuantizer",
     "__version__",
     "augmented_target",
     "block_sparse_attention",
     "bm25_scores",
+    "budget_table",
     "calibrate_predictors",
     "chunk_text",
     "evaluate_kv_compression",
+    "lr_rule",
     "make_gaussian_grid",
     "predict_block_mask",
     "rapid_verify",
@@ -71,4 +92,5 @@ __all__ = [
     "select_chunks",
     "sparge_attention",
     "tfidf_scores",
+    "total_params",
 ]
