@@ -1,6 +1,6 @@
 """Hostile-input contract of icml25.rl (CONTRIBUTING.md, "Bad input contract").
 
-P05 GAS and P43 SF-LSVI: every public callable is registered with a valid example call;
+P05 GAS, P43 SF-LSVI and P46 CD-KF scheduling: every public callable is registered with a valid example call;
 :mod:`icml25.kernels.testing` derives the hostile variants and asserts a clear error or a documented,
 finite result.
 """
@@ -276,6 +276,148 @@ EXCLUDED.update(
         "random_tabular_mdp": "a simulator: integer sizes and a seed only (checked by check_int)",
         "run_episode": "drives an env and an agent (objects); the agents validate the episode",
         "tabular_mdp_from_gym": "reads a toy-text model (TypeError on other envs); tested on FrozenLake",
+    }
+)
+
+
+# P46 CD-KF sensor scheduling: models, the filter, the bound, the optimiser, schedules and Monte Carlo.
+_P46_SDE = rl.LinearSDE.matern32()
+_P46_SENS = [rl.Sensor([1.0, 0.0], 0.01, cost=1.0), rl.Sensor([1.0, 0.0], 0.2, cost=0.1)]
+_P46_T = np.linspace(0.0, 1.0, 5)
+_P46_RATES = np.array([[0.5, 2.0], [1.0, 0.0], [0.2, 3.0], [0.0, 1.0]])
+_P46_P0 = np.diag([1.0, 3.0])
+P46_CONST = "a matrix with equal entries is a valid (rank-one PSD / drift / weight) matrix"
+P46_RATES_OK = {"rates:constant": "equal rates are valid (constant Poisson rates)"}
+P46_MODEL = {"sde": _P46_SDE, "sensors": _P46_SENS}
+
+SPECS += [
+    HostileSpec(
+        "LinearSDE",
+        rl.LinearSDE,
+        {"A": np.array([[0.0, 1.0], [-2.0, -0.5]]), "L": np.eye(2), "Qc": np.diag([0.1, 0.5])},
+        ("A", "L", "Qc"),
+        {"constant": P46_CONST},
+    ),
+    HostileSpec(
+        "Sensor",
+        rl.Sensor,
+        {"H": np.array([[1.0, 0.0]]), "R": np.array([[0.05]]), "cost": 0.5},
+        ("H", "R", "cost"),
+        {
+            "H:constant": "H = [1, 1] measures the sum of the states",
+            "R:constant": "one entry: the same R",
+            "H:missing_dim": "a (n,) vector is one measurement row (here n = 1)",
+            "R:missing_dim": "a length-1 R is the scalar noise of a 1-D measurement",
+        },
+    ),
+    HostileSpec(
+        "kalman_update",
+        rl.kalman_update,
+        {"P": _P46_P0, "H": np.array([[1.0, 0.5]]), "R": np.array([[0.3]])},
+        ("P", "H", "R"),
+        {
+            "P:constant": P46_CONST,
+            "H:constant": "H = [1, 1] measures the sum of the states",
+            "R:constant": "one entry: the same R",
+            "R:missing_dim": "a length-1 R is the scalar noise of a 1-D measurement",
+        },
+    ),
+    HostileSpec(
+        "mean_cov_bound",
+        lambda rates, t_grid, P0: rl.mean_cov_bound(_P46_SDE, _P46_SENS, rates, t_grid, P0),
+        {"rates": _P46_RATES, "t_grid": _P46_T, "P0": _P46_P0},
+        ("rates", "t_grid", "P0"),
+        {**P46_RATES_OK, "P0:constant": P46_CONST},
+    ),
+    HostileSpec(
+        "control_objective",
+        lambda rates, t_grid, W, time_weight: rl.control_objective(
+            _P46_SDE, _P46_SENS, rates, t_grid, _P46_P0, W=W, W_T=np.eye(2), time_weight=time_weight
+        ),
+        {
+            "rates": _P46_RATES,
+            "t_grid": _P46_T,
+            "W": np.diag([1.0, 0.0]),
+            "time_weight": np.linspace(0.1, 1, 5),
+        },
+        ("rates", "t_grid", "W", "time_weight"),
+        {
+            **P46_RATES_OK,
+            "W:constant": P46_CONST,
+            "time_weight:constant": "a constant weight is the plain integral",
+        },
+    ),
+    HostileSpec(
+        "optimize_rates",
+        lambda T, lam_max, time_weight: rl.optimize_rates(
+            _P46_SDE, _P46_SENS, T, lam_max, M=4, steps=2, time_weight=time_weight
+        ),
+        {"T": 1.0, "lam_max": 5.0, "time_weight": np.linspace(0.1, 1, 5)},
+        ("T", "lam_max", "time_weight"),
+        {"time_weight:constant": "a constant weight is the plain integral"},
+    ),
+    HostileSpec(
+        "deterministic_schedule",
+        rl.deterministic_schedule,
+        {"rates": _P46_RATES, "t_grid": _P46_T, "offset": 0.5},
+        ("rates", "t_grid", "offset"),
+        {**P46_RATES_OK, "rates:missing_dim": "(M,) is one sensor's rates"},
+    ),
+    HostileSpec(
+        "poisson_schedule",
+        lambda rates, t_grid: rl.poisson_schedule(rates, t_grid, seed=0),
+        {"rates": _P46_RATES, "t_grid": _P46_T},
+        ("rates", "t_grid"),
+        {**P46_RATES_OK, "rates:missing_dim": "(M,) is one sensor's rates"},
+    ),
+    HostileSpec(
+        "cdkf_filter",
+        lambda times, ys, m0, P0: rl.cdkf_filter(_P46_SDE, _P46_SENS[:1], times, ys, m0, P0),
+        {
+            "times": [np.array([0.1, 0.4, 0.9])],
+            "ys": [np.array([0.2, -0.1, 0.3])],
+            "m0": np.zeros(2),
+            "P0": _P46_P0,
+        },
+        (("times", 0), ("ys", 0), "m0", "P0"),
+        {
+            "times[0]:constant": "simultaneous measurements are valid (processed one after the other)",
+            "ys[0]:constant": "any finite measurements",
+            "ys[0]:extra_dim": "(k, 1) is the (k_i, m_i) form of 1-D measurements",
+            "m0:constant": "any finite prior mean",
+            "P0:constant": P46_CONST,
+        },
+    ),
+    HostileSpec(
+        "monte_carlo",
+        lambda rates, t_grid, P0: rl.monte_carlo(_P46_SDE, _P46_SENS, rates, t_grid, P0, n_runs=3, seed=0),
+        {"rates": _P46_RATES, "t_grid": _P46_T, "P0": _P46_P0},
+        ("rates", "t_grid", "P0"),
+        {**P46_RATES_OK, "P0:constant": P46_CONST},
+    ),
+    HostileSpec(
+        "aux_trajectory",
+        lambda controls, t_grid: rl.aux_trajectory(rl.AuxDynamics.integrator([2.0]), controls, t_grid),
+        {"controls": np.array([[0.5], [-1.0], [0.0], [2.0]]), "t_grid": _P46_T},
+        ("controls", "t_grid"),
+        {"controls:constant": "a constant control", "controls:missing_dim": "(M,) is a 1-D control"},
+    ),
+    HostileSpec(
+        "AuxDynamics.integrator",
+        rl.AuxDynamics.integrator,
+        {"u0": np.array([2.0]), "control_cost": 0.1},
+        ("u0", "control_cost"),
+        {"u0:constant": "one entry: the same start", "u0:missing_dim": "a scalar start of a 1-D state"},
+        covers=("AuxDynamics",),
+    ),
+]
+EXCLUDED.update(
+    {
+        "AuxPath": "a NamedTuple built by RateSchedule.aux_path from validated arrays",
+        "FilterResult": "the NamedTuple returned by cdkf_filter",
+        "MonteCarloResult": "the container returned by monte_carlo",
+        "ObjectiveTerms": "the NamedTuple returned by control_objective",
+        "RateSchedule": "the container returned by optimize_rates",
     }
 )
 

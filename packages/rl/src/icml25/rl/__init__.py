@@ -7,6 +7,25 @@ implemented paper is re-exported here. Importing the package registers the grid 
 
 from importlib.metadata import version as _distribution_version
 
+from icml25.rl.cdkf import (
+    AuxDynamics,
+    AuxPath,
+    FilterResult,
+    LinearSDE,
+    MonteCarloResult,
+    ObjectiveTerms,
+    RateSchedule,
+    Sensor,
+    aux_trajectory,
+    cdkf_filter,
+    control_objective,
+    deterministic_schedule,
+    kalman_update,
+    mean_cov_bound,
+    monte_carlo,
+    optimize_rates,
+    poisson_schedule,
+)
 from icml25.rl.datasets import trajectories, validate_offline_dataset
 from icml25.rl.gas import (
     TDR,
@@ -88,4 +107,22 @@ __all__ = [  # noqa: RUF022 (grouped by paper)
     "run_episode",
     "tabular_mdp_from_gym",
     "two_branch_chain",
+    # P46 CD-KF sensor scheduling
+    "AuxDynamics",
+    "AuxPath",
+    "FilterResult",
+    "LinearSDE",
+    "MonteCarloResult",
+    "ObjectiveTerms",
+    "RateSchedule",
+    "Sensor",
+    "aux_trajectory",
+    "cdkf_filter",
+    "control_objective",
+    "deterministic_schedule",
+    "kalman_update",
+    "mean_cov_bound",
+    "monte_carlo",
+    "optimize_rates",
+    "poisson_schedule",
 ]
