@@ -13,6 +13,7 @@ import torch
 
 from icml25.kernels import hadamard_grid as hg
 from icml25.kernels import quantization as qz
+from icml25.kernels import retention as rt
 from icml25.kernels import sparse_attention as sa
 from icml25.kernels import testing as kt
 from icml25.kernels import topk_decode as td
@@ -38,6 +39,15 @@ _WDEC = _randn(16, 8)
 _BITS = (torch.rand(3, 40, generator=_g) > 0.5).to(torch.uint8)
 _WORDS = xl.pack_bits(_BITS)
 _GRID = _randn(16, 2)
+_RET = {
+    "q": _randn(1, 2, 6, 4),
+    "k": _randn(1, 2, 6, 4),
+    "v": _randn(1, 2, 6, 3),
+    "kappa": torch.tensor([0.9, 0.5]),
+    "n_agents": 2,
+    "dones": torch.tensor([[False, True, False]]),
+    "state": _randn(1, 2, 4, 3),
+}
 
 CONST_OK = "a constant input is valid: its result is finite and exact"
 EMPTY_OK = "an empty axis gives an empty (exact) result"
@@ -47,6 +57,15 @@ PROPAGATES = Allow(
 )
 ORACLE = "test oracle / baseline in plain PyTorch, documented as 'arguments not validated'; the public op validates"
 
+_RET_ALLOW = {
+    "nan": PROPAGATES,
+    "posinf": PROPAGATES,
+    "neginf": PROPAGATES,
+    "constant": CONST_OK,
+    "huge": "linear in each of q, k, v, state: a 1e30-scaled one gives a finite, scaled result",
+    "kappa:missing_dim": "a 0-d kappa is one decay shared by every head",
+    "dones:dtype": "0/1 numeric dones are valid (read as bool)",
+}
 REGISTRY: dict[str, list[HostileSpec]] = {
     "quantization": [
         HostileSpec(
@@ -229,8 +248,53 @@ REGISTRY: dict[str, list[HostileSpec]] = {
             },
         ),
     ],
+    "retention": [
+        HostileSpec(
+            name,
+            fn,
+            {**_RET, **extra},
+            ("q", "k", "v", "kappa", "dones", "state", "n_agents", *extra_args),
+            _RET_ALLOW,
+        )
+        for name, fn, extra, extra_args in (
+            ("retention", rt.retention, {"chunk_size": 2, **REF}, ("chunk_size",)),
+            ("retention_parallel", rt.retention_parallel, {}, ()),
+        )
+    ]
+    + [
+        HostileSpec(
+            "retention_step",
+            rt.retention_step,
+            {
+                **{n: _RET[n][:, :, :2] for n in ("q", "k", "v")},
+                "kappa": _RET["kappa"],
+                "state": _RET["state"],
+                "done": torch.tensor([True]),
+                "causal_agents": True,
+            },
+            ("q", "k", "v", "kappa", "state", "done"),
+            {
+                **{k: a for k, a in _RET_ALLOW.items() if not k.startswith("dones")},
+                "done:dtype": "0/1 numeric done flags are valid (read as bool)",
+            },
+        ),
+        HostileSpec(
+            "default_kappas",
+            rt.default_kappas,
+            {"n_head": 4, "decay_scaling_factor": 0.8},
+            ("n_head", "decay_scaling_factor"),
+        ),
+        HostileSpec("default_chunk_size", rt.default_chunk_size, {"n_agents": 3}, ("n_agents",)),
+    ],
 }
-MODULES = {"quantization": qz, "sparse_attention": sa, "topk_decode": td, "xor_lag": xl, "hadamard_grid": hg}
+MODULES = {
+    "quantization": qz,
+    "retention": rt,
+    "sparse_attention": sa,
+    "topk_decode": td,
+    "xor_lag": xl,
+    "hadamard_grid": hg,
+}
 EXCLUDED = {
     "quantization": {},
     "sparse_attention": {
@@ -245,6 +309,12 @@ EXCLUDED = {
     },
     "xor_lag": {"xor_lag_counts_reference": ORACLE, "xor_lag_counts_bruteforce": ORACLE},
     "hadamard_grid": {},
+    "retention": {
+        "retention_chunkwise_reference": ORACLE,
+        "retention_parallel_reference": ORACLE,
+        "retention_recurrent_reference": ORACLE,
+        "retention_step_reference": ORACLE,
+    },
 }
 SPECS = [s for specs in REGISTRY.values() for s in specs]
 

@@ -12,3 +12,9 @@ def test_every_exported_name_resolves() -> None:
 
 def test_version_matches_distribution_metadata() -> None:
     assert package.__version__ == version("icml25-kernels")
+
+
+def test_retention_family_exports_resolve() -> None:
+    import icml25.kernels.retention as family
+
+    assert [name for name in family.__all__ if not hasattr(family, name)] == []
