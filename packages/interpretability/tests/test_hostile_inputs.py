@@ -1,6 +1,6 @@
 """Hostile-input contract of icml25.interpretability (CONTRIBUTING.md, "Bad input contract").
 
-P22 Matryoshka SAE and the other SAEs, P52 deception probes: every public callable is registered with a
+P22 Matryoshka SAE and the other SAEs, P23 triangle-wave ReLU networks, P52 deception probes: every public callable is registered with a
 valid example call;
 :mod:`icml25.kernels.testing` derives the hostile variants and asserts a clear error or a documented,
 finite result; the estimators keep their state after a rejected call.
@@ -273,6 +273,90 @@ SPECS += [
         {"n": 4},
         (),
         covers=("DeceptionSimulator",),
+    ),
+]
+# ------------------------------------------------------------------------------------------ P23
+_X23 = torch.linspace(0.05, 0.95, 20, dtype=torch.float64)[:, None]
+_PEAKS23 = torch.tensor([0.3, 0.5, 0.7], dtype=torch.float64)
+BATCH_AXES = "x (..., 1): extra leading axes are batch axes"
+EMPTY_BATCH = "an empty batch maps to an empty batch"
+
+
+def _tri_method(method: str):
+    def setup():
+        net = ip.TriangleNet(3, init_peaks=_PEAKS23)
+        return getattr(net, method), {"x": _X23}, net
+
+    return setup
+
+
+def _fit23():
+    net = ip.TriangleNet(2)
+    x = torch.linspace(0, 1, 20, dtype=torch.float64)
+    return (lambda x, y: ip.fit_1d(net, x, y, ("pretrain",), 2)), {"x": x, "y": x**2}, net
+
+
+SPECS += [
+    HostileSpec(
+        "TriangleNet",
+        ip.TriangleNet,
+        {"depth": 3, "init_peaks": _PEAKS23, "init_scale": -0.25, "init_slope": 1.0},
+        ("init_peaks", "init_scale", "init_slope"),
+        allow={"init_peaks:constant": "equal peaks are valid (0.3 each)"},
+    ),
+    *(
+        HostileSpec(
+            f"TriangleNet.{method}",
+            setup=_tri_method(method),
+            arrays=("x",),
+            covers=("TriangleNet",),
+            allow={"constant": CONST_OK, "empty:0": EMPTY_BATCH, "extra_dim": BATCH_AXES},
+        )
+        for method in ("forward", "closed_form")
+    ),
+    HostileSpec(
+        "count_linear_regions_1d",
+        lambda lo, hi: ip.count_linear_regions_1d(ip.TriangleNet(3).to_mlp(), lo, hi),
+        {"lo": 0.0, "hi": 1.0},
+        ("lo", "hi"),
+        covers=("count_linear_regions_1d", "RegionCount"),
+    ),
+    HostileSpec(
+        "fit_1d",
+        setup=_fit23,
+        arrays=("x", "y"),
+        covers=("fit_1d", "FitResult"),
+        allow={"extra_dim": "x, y of shape (n, 1) are columns", "y:constant": "a constant target is convex"},
+    ),
+    HostileSpec("kaiming_mlp", ip.kaiming_mlp, {"depth": 3, "width": 4, "seed": 0}, ()),
+    HostileSpec(
+        "triangle_wave",
+        ip.triangle_wave,
+        {"u": torch.linspace(0, 1, 10, dtype=torch.float64), "peaks": _PEAKS23},
+        ("u", "peaks"),
+        allow={
+            "u:constant": CONST_OK,
+            "u:empty:0": EMPTY_BATCH,
+            "u:extra_dim": "u broadcasts against the peaks' leading axes",
+            "u:missing_dim": "a scalar u is one point",
+            "u:huge": "T_a of a finite u is finite (outside [0, 1] the min form continues linearly)",
+            "peaks:constant": "equal peaks are valid",
+        },
+    ),
+    HostileSpec(
+        "TriangleActivation.forward",
+        lambda x: ip.TriangleActivation(3, depth=3)(x),
+        {"x": torch.randn(5, 3, generator=_g)},
+        ("x",),
+        covers=("TriangleActivation",),
+        allow={"constant": CONST_OK, "empty:0": EMPTY_BATCH, "huge": "continued linearly: finite"},
+    ),
+    HostileSpec(
+        "TriangleActivation",
+        ip.TriangleActivation,
+        {"num_features": 2, "depth": 3, "init_peaks": torch.tensor([[0.3, 0.5, 0.7], [0.4, 0.6, 0.2]])},
+        ("init_peaks",),
+        allow={"init_peaks:constant": "equal peaks are valid"},
     ),
 ]
 EXCLUDED = {

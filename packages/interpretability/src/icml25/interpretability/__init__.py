@@ -27,6 +27,16 @@ from icml25.interpretability.deception_probes import (
     split_last_words,
     threshold_at_fpr,
 )
+from icml25.interpretability.relu_regions import (
+    FitResult,
+    RegionCount,
+    TriangleActivation,
+    TriangleNet,
+    count_linear_regions_1d,
+    fit_1d,
+    kaiming_mlp,
+    triangle_wave,
+)
 from icml25.interpretability.sae import (
     ActivationNormalizer,
     BatchTopKSAE,
@@ -73,6 +83,15 @@ __all__ = [  # noqa: RUF022 (grouped by paper)
     "sae_metrics",
     "to_saelens",
     "train_sae",
+    # P23 ReLU networks with exactly 2^d linear regions
+    "FitResult",
+    "RegionCount",
+    "TriangleActivation",
+    "TriangleNet",
+    "count_linear_regions_1d",
+    "fit_1d",
+    "kaiming_mlp",
+    "triangle_wave",
     # P52 deception probes
     "AGGREGATIONS",
     "CONTROL",
