@@ -1,6 +1,6 @@
 """Hostile-input contract of icml25.federated (CONTRIBUTING.md, "Bad input contract").
 
-P50 FedCEO: every public callable is registered with a valid example call; :mod:`icml25.kernels.testing`
+P50 FedCEO and P10 FedGO: every public callable is registered with a valid example call; :mod:`icml25.kernels.testing`
 derives the hostile variants and asserts a clear error or a documented, finite result.
 """
 
@@ -157,7 +157,149 @@ SPECS = [
         },
     ),
 ]
+# ---------------------------------------------------------------------------------------------- P10 FedGO
+_K, _B, _C = 3, 5, 4
+_LOGITS = torch.randn(_K, _B, _C, generator=_g)
+_DISC = torch.randn(_K, _B, generator=_g)
+_W = torch.softmax(torch.randn(_K, _B, generator=_g), 0)
+_N = torch.tensor([10.0, 20.0, 30.0])
+_X = torch.randn(12, 3, generator=_g)
+_Y = torch.tensor([0, 1, 2, 3] * 3)
+_GEN = fd.GaussianGenerator().fit(torch.randn(40, 3, generator=_g))
+FINITE_LOGITS = "any finite logits are valid: the weights/labels are finite (log-space softmax)"
+CONST_X = "identical samples are a valid (degenerate) data set: the result is finite"
+
+SPECS += [
+    HostileSpec(
+        "fedgo_weights",
+        fd.fedgo_weights,
+        {"disc_logits": _DISC, "n_samples": _N},
+        ("disc_logits", "n_samples"),
+        allow={
+            "disc_logits:constant": "equal logits: the size weights n_k / sum(n)",
+            "n_samples:constant": "equal client sizes are valid",
+            "disc_logits:huge": FINITE_LOGITS,
+            "n_samples:huge": "only relative sizes matter (log n in float64)",
+            "n_samples:dtype": "integer client sizes are valid",
+        },
+    ),
+    HostileSpec(
+        "ensemble_weights",
+        lambda client_logits, disc_logits: fd.ensemble_weights(
+            "fedgo", client_logits, _N, disc_logits=disc_logits
+        ),
+        {"client_logits": _LOGITS, "disc_logits": _DISC},
+        ("client_logits", "disc_logits"),
+        allow={"constant": FINITE_LOGITS, "huge": FINITE_LOGITS},
+    ),
+    HostileSpec(
+        "ensemble_weights(entropy)",
+        lambda client_logits: fd.ensemble_weights("entropy", client_logits, _N),
+        {"client_logits": _LOGITS},
+        ("client_logits",),
+        allow={"constant": FINITE_LOGITS, "huge": FINITE_LOGITS},
+    ),
+    HostileSpec(
+        "ensemble_pseudo_labels",
+        fd.ensemble_pseudo_labels,
+        {"client_logits": _LOGITS, "weights": _W},
+        ("client_logits", "weights"),
+        allow={"client_logits:constant": FINITE_LOGITS, "client_logits:huge": FINITE_LOGITS},
+    ),
+    HostileSpec(
+        "weight_entropy",
+        fd.weight_entropy,
+        {"weights": _W},
+        ("weights",),
+        allow={"constant": "any non-negative weights have a finite entropy", "huge": "finite (float64)"},
+    ),
+    HostileSpec(
+        "client_moments",
+        lambda x: fd.client_moments(x)[1:],
+        {"x": _X},
+        ("x",),
+        allow={"constant": CONST_X, "huge": "float64 sums of 1e30-scale values are finite"},
+    ),
+    HostileSpec(
+        "GaussianGenerator.fit",
+        lambda x: fd.GaussianGenerator().fit(x).state_dict(),
+        {"x": _X},
+        ("x",),
+        allow={
+            "constant": "constant data: the covariance is the ridge (full support kept)",
+            "huge": "centred float64 moments: finite",
+        },
+        covers=("GaussianGenerator",),
+    ),
+    HostileSpec(
+        "train_discriminator",
+        lambda local_x: fd.train_discriminator(
+            fd.make_discriminator(3, 8, seed=0), local_x, _GEN, epochs=1
+        ).state_dict(),
+        {"local_x": _X},
+        ("local_x",),
+        allow={"constant": CONST_X},
+        known={
+            "local_x:huge": "1e30 inputs overflow the discriminator's float32 activations (gradients NaN)"
+        },
+        covers=("train_discriminator", "make_discriminator"),
+    ),
+    HostileSpec(
+        "discriminator_logits",
+        lambda x: fd.discriminator_logits([fd.make_discriminator(3, 8, seed=0)], x),
+        {"x": _X},
+        ("x",),
+        allow={"constant": CONST_X, "huge": "a ReLU MLP of finite float32 inputs below 1e38 is finite"},
+    ),
+    HostileSpec(
+        "predict_logits",
+        lambda x: fd.predict_logits([fd.make_mlp(3, 8, 4, seed=0)], x),
+        {"x": _X},
+        ("x",),
+        allow={"constant": CONST_X, "huge": "a ReLU MLP of finite float32 inputs below 1e38 is finite"},
+    ),
+    HostileSpec(
+        "fit_classifier",
+        lambda x, y: fd.fit_classifier(fd.make_mlp(3, 8, 4, seed=0), x, y, epochs=1).state_dict(),
+        {"x": _X, "y": _Y},
+        ("x", "y"),
+        allow={"x:constant": CONST_X, "y:constant": "one class only is a valid label vector"},
+        known={"x:huge": "1e30 inputs overflow the MLP's float32 activations (gradients NaN)"},
+    ),
+    HostileSpec(
+        "distill",
+        lambda unlabeled, targets: fd.distill(
+            fd.make_mlp(3, 8, 4, seed=0), unlabeled, targets, steps=2
+        ).state_dict(),
+        {"unlabeled": _X, "targets": torch.softmax(torch.randn(12, 4, generator=_g), -1)},
+        ("unlabeled", "targets"),
+        allow={"unlabeled:constant": CONST_X, "targets:constant": "uniform soft labels are valid targets"},
+        known={"unlabeled:huge": "1e30 inputs overflow the student's float32 activations (gradients NaN)"},
+    ),
+    HostileSpec(
+        "weighted_mean_state",
+        lambda n_samples: fd.weighted_mean_state(_STATES, n_samples),
+        {"n_samples": [1.0, 2.0, 3.0]},
+        (),
+    ),
+    HostileSpec(
+        "FedGOConfig",
+        fd.FedGOConfig,
+        {"distill_lr": 1e-3, "disc_lr": 1e-3, "disc_weight_decay": 1e-3},
+        ("distill_lr", "disc_lr", "disc_weight_decay"),
+    ),
+    HostileSpec(
+        "FedGOAggregator",
+        lambda unlabeled: (
+            fd.FedGOAggregator(fd.FedGOConfig(), lambda: fd.make_mlp(3, 8, 4), unlabeled).unlabeled
+        ),
+        {"unlabeled": _X},
+        ("unlabeled",),
+        allow={"constant": CONST_X, "huge": "stored as given; the distillation is where it is consumed"},
+    ),
+]
 EXCLUDED = {
+    "FedGOServer": "a simulation driver over FederatedData (its aggregator, configs and data are registered)",
     "DPFedAvgServer": "a simulation driver over FederatedData (validated by FederatedData and its configs)",
     "FedCEOServer": "a simulation driver over FederatedData (validated by FederatedData and its configs)",
     "FederatedServer": "a simulation driver over FederatedData (validated by FederatedData and its configs)",

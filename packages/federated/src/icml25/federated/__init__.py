@@ -35,6 +35,24 @@ from icml25.federated.fedceo import (
     tau_schedule,
     tsvt,
 )
+from icml25.federated.fedgo import (
+    FedGOAggregator,
+    FedGOConfig,
+    FedGOServer,
+    GaussianGenerator,
+    client_moments,
+    discriminator_logits,
+    distill,
+    ensemble_pseudo_labels,
+    ensemble_weights,
+    fedgo_weights,
+    fit_classifier,
+    make_discriminator,
+    predict_logits,
+    train_discriminator,
+    weight_entropy,
+    weighted_mean_state,
+)
 from icml25.federated.server import DPFedAvgServer, FedCEOServer, FederatedServer, History
 from icml25.federated.training import LocalTrainConfig, make_mlp, upload_noise_std
 
@@ -50,6 +68,7 @@ _FLOWER = (
     "make_server_app",
     "run_flower_simulation",
 )
+_FEDGO_FLOWER = ("FedGOStrategy", "make_fedgo_client_app", "run_fedgo_simulation")
 
 
 def __getattr__(name: str) -> Any:
@@ -57,6 +76,10 @@ def __getattr__(name: str) -> Any:
         from icml25.federated import flower
 
         return getattr(flower, name)
+    if name in _FEDGO_FLOWER:
+        from icml25.federated import fedgo_flower
+
+        return getattr(fedgo_flower, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -92,4 +115,21 @@ __all__ = [  # noqa: RUF022 (grouped by paper)
     "tau_schedule",
     "tsvt",
     "upload_noise_std",
+    # P10 FedGO
+    "FedGOAggregator",
+    "FedGOConfig",
+    "FedGOServer",
+    "GaussianGenerator",
+    "client_moments",
+    "discriminator_logits",
+    "distill",
+    "ensemble_pseudo_labels",
+    "ensemble_weights",
+    "fedgo_weights",
+    "fit_classifier",
+    "make_discriminator",
+    "predict_logits",
+    "train_discriminator",
+    "weight_entropy",
+    "weighted_mean_state",
 ]

@@ -131,10 +131,20 @@ class AggregatorStrategy(FedAvg):
         self.sampled: list[list[int]] = []
         self.result: Any = None
 
+    #: names of the extra records a subclass reads from the replies (:meth:`receive_extra`), besides the model
+    extra_records: tuple[str, ...] = ()
+
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(aggregator={type(self.aggregator).__name__}, m={self.clients_per_round})"
         )
+
+    def extra_payload(self, server_round: int, node: int) -> dict[str, ArrayRecord | ConfigRecord]:
+        """Records sent to ``node`` besides its start state and the config (none here; FedGO's generator)."""
+        return {}
+
+    def receive_extra(self, server_round: int, node: int, content: RecordDict) -> None:
+        """Read a reply's extra records (:attr:`extra_records`) before the server step (nothing here)."""
 
     # ---------------------------------------------------------------------------- the round's plan
 
@@ -207,7 +217,9 @@ class AggregatorStrategy(FedAvg):
         for node, start in self.plan_round(server_round, nodes, global_state):
             payload = arrays if start is global_state else ArrayRecord(start)
             cfg = ConfigRecord({**dict(config), "server-round": server_round, "round": server_round - 1})
-            content = RecordDict({ARRAYS_KEY: payload, CONFIG_KEY: cfg})
+            content = RecordDict(
+                {ARRAYS_KEY: payload, CONFIG_KEY: cfg, **self.extra_payload(server_round, node)}
+            )
             messages.append(Message(content=content, message_type=MessageType.TRAIN, dst_node_id=node))
         return messages
 
@@ -215,23 +227,24 @@ class AggregatorStrategy(FedAvg):
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """FedCEO's (or FedAvg's) server step on the replies; replies with an error are left out."""
-        uploads = []
-        for reply in replies:
-            if reply.has_error():
-                continue
-            content = reply.content
-            if len(content.array_records) != 1 or len(content.metric_records) != 1:
-                raise ValueError(
-                    f"the reply of node {reply.metadata.src_node_id} must hold one ArrayRecord and one "
-                    f"MetricRecord, got {len(content.array_records)} and {len(content.metric_records)}"
-                )
-            state = next(iter(content.array_records.values())).to_torch_state_dict()
-            metrics = dict(next(iter(content.metric_records.values())))
-            uploads.append((int(reply.metadata.src_node_id), state, metrics))
+        uploads = [self.parse_reply(server_round, reply) for reply in replies if not reply.has_error()]
         if not uploads:
             return None, None  # Flower's convention: keep the current global model
         global_state, metrics = self.aggregate_states(server_round, uploads)
         return ArrayRecord(global_state), MetricRecord(metrics)
+
+    def parse_reply(self, server_round: int, reply: Message) -> tuple[int, State, dict[str, Any]]:
+        """``(node id, uploaded state, train metrics)`` of a reply; its extra records go to :meth:`receive_extra`."""
+        content = reply.content
+        arrays = [v for k, v in content.array_records.items() if k not in self.extra_records]
+        if len(arrays) != 1 or len(content.metric_records) != 1:
+            raise ValueError(
+                f"the reply of node {reply.metadata.src_node_id} must hold one model ArrayRecord and one "
+                f"MetricRecord, got {len(arrays)} and {len(content.metric_records)}"
+            )
+        node = int(reply.metadata.src_node_id)
+        self.receive_extra(server_round, node, content)
+        return node, arrays[0].to_torch_state_dict(), dict(next(iter(content.metric_records.values())))
 
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -291,12 +304,14 @@ def make_client_app(
     train: LocalTrainConfig,
     dp: DPConfig,
     seed: int = 0,
+    extra_reply: Callable[[Message, int, Tensor], dict[str, ArrayRecord]] | None = None,
 ) -> ClientApp:
     """A ``ClientApp`` whose ``train`` handler trains on partition ``context.node_config["partition-id"]``.
 
     It runs :func:`~icml25.federated.training.client_update` (local SGD or DP-SGD, then the user-level
     mechanism when ``dp.mode == "user"``) from the received state, seeded by ``(seed, round, partition id)``,
     and replies with the upload and the metrics ``num-examples``, ``steps``, ``sample-rate``, ``loss``.
+    ``extra_reply(message, partition id, local x)`` adds records to the reply (FedGO's discriminator).
     """
     if not isinstance(data, FederatedData):
         raise TypeError(f"data must be a FederatedData, got {type(data).__name__}")
@@ -326,7 +341,9 @@ def make_client_app(
                 "partition-id": pid,
             }
         )
-        return Message(RecordDict({ARRAYS_KEY: ArrayRecord(res.upload), METRICS_KEY: metrics}), reply_to=msg)
+        extra = extra_reply(msg, pid, x) if extra_reply is not None else {}
+        content = RecordDict({ARRAYS_KEY: ArrayRecord(res.upload), METRICS_KEY: metrics, **extra})
+        return Message(content, reply_to=msg)
 
     return app
 
@@ -381,26 +398,13 @@ def run_flower_simulation(
     Returns:
         The strategy after the run: ``.test_acc`` (per round), ``.epsilon``, ``.aggregator``, ``.result``.
     """
-    from flwr.simulation import run_simulation
-
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
         raise ValueError(f"rounds must be an int >= 1, got {rounds!r}")
-    os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")  # no network calls from the runtime
-    # CPU workers: keep Ray's future default (leave accelerator variables alone), which also silences its
-    # FutureWarning about the current default.
-    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
     train = train if train is not None else LocalTrainConfig()
     dp = dp if dp is not None else DPConfig()
     n = len(data.clients)
     mf = model_fn if model_fn is not None else (lambda: make_mlp(data.n_features, 64, data.n_classes))
-    with isolated_rng(seed):  # the initial model of FederatedServer(seed=seed)
-        eval_model = mf()
-    init = {k: v.detach().clone() for k, v in eval_model.state_dict().items()}
-    x_te, y_te = data.x_test, data.y_test
-
-    def eval_fn(state: State) -> float:
-        return evaluate(eval_model, state, x_te, y_te)
-
+    init, eval_fn = centralised_eval(data, mf, seed)  # the initial model of FederatedServer(seed=seed)
     common: dict[str, Any] = dict(
         n_clients=n, clients_per_round=clients_per_round, dp=dp, seed=seed, eval_fn=eval_fn
     )
@@ -413,6 +417,43 @@ def run_flower_simulation(
     else:
         strategy = strategy_cls(init, **common)
     client_app = make_client_app(data, model_fn=mf, train=train, dp=dp, seed=seed)
+    simulate(strategy, client_app, rounds, num_supernodes=n, num_cpus=num_cpus)
+    return strategy
+
+
+def centralised_eval(
+    data: FederatedData, model_fn: Callable[[], nn.Module], seed: int
+) -> tuple[State, Callable[[State], float]]:
+    """The initial model of ``FederatedServer(seed=seed)`` and ``state -> test accuracy`` on ``data``."""
+    with isolated_rng(seed):
+        eval_model = model_fn()
+    init = {k: v.detach().clone() for k, v in eval_model.state_dict().items()}
+    x_te, y_te = data.x_test, data.y_test
+
+    def eval_fn(state: State) -> float:
+        return evaluate(eval_model, state, x_te, y_te)
+
+    return init, eval_fn
+
+
+def simulate(
+    strategy: AggregatorStrategy,
+    client_app: ClientApp,
+    rounds: int,
+    *,
+    num_supernodes: int,
+    num_cpus: int = 2,
+) -> AggregatorStrategy:
+    """Run ``strategy`` (through :func:`make_server_app`) and ``client_app`` in Flower's Simulation Runtime
+    (Ray backend, one CPU per client worker, telemetry off) and check that every round finished."""
+    from flwr.simulation import run_simulation
+
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"rounds must be an int >= 1, got {rounds!r}")
+    os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")  # no network calls from the runtime
+    # CPU workers: keep Ray's future default (leave accelerator variables alone), which also silences its
+    # FutureWarning about the current default.
+    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
     backend = {
         "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
         "init_args": {"num_cpus": num_cpus, "include_dashboard": False, "logging_level": "ERROR"},
@@ -420,7 +461,7 @@ def run_flower_simulation(
     run_simulation(
         server_app=make_server_app(strategy, rounds),
         client_app=client_app,
-        num_supernodes=n,
+        num_supernodes=num_supernodes,
         backend_config=backend,
     )
     if len(strategy.test_acc) != rounds:
