@@ -288,6 +288,111 @@ SPECS = [
         },
     ),
 ]
+# ---- P49 density guidance ----------------------------------------------------------------------------
+
+_S = gm.VPSchedule()
+_G = gm.GaussianMixture.power_law(4, 2, _S, seed=0)
+_XT = torch.randn(3, 4, generator=_g, dtype=torch.float64)
+_SCORE = _G.score
+FINITE_OK = "a finite state (constant rows included) is a valid input: the answer is finite"
+EVENT_OK = "(N, *event): a trailing event axis of length 1 is a valid event shape for a shape-agnostic map"
+_LAP = _G.laplacian
+
+
+def _dg_specs() -> list[HostileSpec]:
+    steps = 3
+    return [
+        HostileSpec("VPSchedule", gm.VPSchedule, {"beta_min": 0.1, "beta_max": 20.0}, ("beta_min", "beta_max")),
+        HostileSpec("EDMSchedule", gm.EDMSchedule, {"sigma_min": 0.002, "sigma_max": 80.0}, ("sigma_min", "sigma_max")),
+        HostileSpec("time_grid", lambda n_steps: gm.time_grid(_S, n_steps), {"n_steps": 4}, ()),
+        HostileSpec(
+            "GaussianMixture",
+            lambda means, variances, weights: gm.GaussianMixture(means, variances, weights, _S),
+            {"means": _G.means, "variances": _G.variances, "weights": torch.ones(2, dtype=torch.float64)},
+            ("means", "variances", "weights"),
+            allow={"constant": "equal means, equal variances or equal weights are a valid mixture",
+                   "weights:huge": "weights are normalised, so their scale is irrelevant"},
+        ),
+        HostileSpec("GaussianMixture.score", lambda x, t: _G.score(x, t), {"x": _XT, "t": 0.5}, ("x", "t"),
+                    allow={"constant": FINITE_OK}, covers=("GaussianMixture",)),
+        HostileSpec("GaussianMixture.log_prob", lambda x: _G.log_prob(x, 0.5), {"x": _XT}, ("x",),
+                    allow={"constant": FINITE_OK}, covers=("GaussianMixture",)),
+        HostileSpec("GaussianMixture.laplacian", lambda x: _G.laplacian(x, 0.5), {"x": _XT}, ("x",),
+                    allow={"constant": FINITE_OK}, covers=("GaussianMixture",)),
+        HostileSpec("eps_to_score", lambda x: gm.eps_to_score(lambda y, t: -_S.sigma(t) * _SCORE(y, t), _S)(x, 0.5),
+                    {"x": _XT}, ("x",), allow={"constant": FINITE_OK}),
+        HostileSpec("denoiser_to_score", lambda x: gm.denoiser_to_score(lambda y, t: 0.5 * y, _S)(x, 0.5),
+                    {"x": _XT}, ("x",), allow={"constant": FINITE_OK, "extra_dim": EVENT_OK}),
+        HostileSpec("exact_laplacian", lambda x, t: gm.exact_laplacian(_SCORE, x, t), {"x": _XT, "t": 0.5},
+                    ("x", "t"), allow={"constant": FINITE_OK}),
+        HostileSpec("hutchinson_laplacian", lambda x, t: gm.hutchinson_laplacian(_SCORE, x, t, seed=0),
+                    {"x": _XT, "t": 0.5}, ("x", "t"), allow={"constant": FINITE_OK}),
+        HostileSpec("pf_ode_drift", lambda x, t: gm.pf_ode_drift(_SCORE, x, t, _S), {"x": _XT, "t": 0.5}, ("x", "t"),
+                    allow={"constant": FINITE_OK}),
+        HostileSpec(
+            "density_guided_drift",
+            lambda x, t, q, noise_scale: gm.density_guided_drift(_SCORE, x, t, _S, q, noise_scale, laplacian=_LAP),
+            {"x": _XT, "t": 0.5, "q": 0.6, "noise_scale": 0.3},
+            ("x", "t", "q", "noise_scale"),
+            allow={"constant": FINITE_OK},
+            covers=("density_guided_drift", "DriftTerms"),
+        ),
+        HostileSpec(
+            "log_density_rate",
+            lambda score, laplacian, x, drift: gm.log_density_rate(score, laplacian, x, 0.5, _S, drift),
+            {"score": _SCORE(_XT, 0.5), "laplacian": _LAP(_XT, 0.5), "x": _XT, "drift": _XT * 0.1},
+            ("score", "laplacian", "x", "drift"),
+            allow={"constant": FINITE_OK},
+        ),
+        HostileSpec("guidance_offset", lambda q, times: gm.guidance_offset(_S, q, 4, times),
+                    {"q": 0.6, "times": np.array([1.0, 0.5, 0.1])}, ("q", "times")),
+        HostileSpec("rescale_latents", lambda x_T, quantile: gm.rescale_latents(x_T, _S, quantile),
+                    {"x_T": _XT, "quantile": 0.5}, ("x_T", "quantile"),
+                    allow={"constant": FINITE_OK, "extra_dim": EVENT_OK}),
+        HostileSpec("pf_ode_sample", lambda x_T: gm.pf_ode_sample(_SCORE, x_T, _S, steps, laplacian=_LAP).x,
+                    {"x_T": _XT}, ("x_T",), allow={"constant": FINITE_OK}, covers=("pf_ode_sample", "SampleResult")),
+        HostileSpec(
+            "density_guidance_sample",
+            lambda x_T, q: gm.density_guidance_sample(_SCORE, x_T, _S, q, steps, laplacian=_LAP).x,
+            {"x_T": _XT, "q": 0.6}, ("x_T", "q"), allow={"constant": FINITE_OK},
+        ),
+        HostileSpec(
+            "prior_guidance_sample",
+            lambda x_T, q: gm.prior_guidance_sample(_SCORE, x_T, _S, q, steps).x,
+            {"x_T": _XT, "q": 0.6}, ("x_T", "q"), allow={"constant": FINITE_OK},
+        ),
+        HostileSpec(
+            "stochastic_density_guidance_sample",
+            lambda x_T, q: gm.stochastic_density_guidance_sample(
+                _SCORE, x_T, _S, q, lambda t: 0.3, steps, laplacian=_LAP, seed=0).x,
+            {"x_T": _XT, "q": 0.6}, ("x_T", "q"), allow={"constant": FINITE_OK},
+        ),
+        HostileSpec("pf_ode_log_density", lambda x0: gm.pf_ode_log_density(_SCORE, x0, _S, steps, laplacian=_LAP),
+                    {"x0": _XT * 0.3}, ("x0",), allow={"constant": FINITE_OK}),
+        HostileSpec("score_alignment", lambda x_T: gm.score_alignment(_SCORE, x_T, _S, steps, laplacian=_LAP),
+                    {"x_T": _XT}, ("x_T",), allow={"constant": FINITE_OK}),
+        HostileSpec("ScoreMLP", lambda x: _score_mlp()(x, 0.5), {"x": _XT.float()}, ("x",),
+                    allow={"constant": FINITE_OK}),
+        HostileSpec("train_score_model", setup=_train_score, arrays=("data",)),
+    ]  # fmt: skip
+
+
+def _score_mlp() -> gm.ScoreMLP:
+    return gm.ScoreMLP(4, _S, hidden=8, layers=1, seed=0)
+
+
+def _train_score():
+    model = _score_mlp()
+    return (
+        lambda data: gm.train_score_model(model, data, steps=2, batch_size=4, seed=0),
+        {"data": torch.randn(8, 4, generator=torch.Generator().manual_seed(0))},
+        model,
+    )
+
+
+SPECS += _dg_specs()
+
+
 EXCLUDED = {
     "RolloutResult": "a result container built by thermalized_rollout, not a user entry point",
     "TrainResult": "a result container returned by train_flow, not a user entry point",
