@@ -264,8 +264,8 @@ def test_pf_ode_log_density_matches_exact_mixture() -> None:
 def test_score_alignment_sign_matches_finite_differences() -> None:
     gmm = _gmm(dim=16, k=4)
     x = _latents(20, 16)
-    a0 = score_alignment(gmm.score, x, SCHED, 32, laplacian=gmm.laplacian)
-    lp = lambda c: gmm.log_prob(pf_ode_sample(gmm.score, x * c, SCHED, 32).x, SCHED.t_min)  # noqa: E731
+    a0 = score_alignment(gmm.score, x, SCHED, 64, laplacian=gmm.laplacian)
+    lp = lambda c: gmm.log_prob(pf_ode_sample(gmm.score, x * c, SCHED, 64).x, SCHED.t_min)  # noqa: E731
     fd = (lp(1 + 1e-3) - lp(1 - 1e-3)) / 2e-3
     ok = a0.abs() > 1e-6 * (x * x).sum(1) / SCHED.sigma(1.0) ** 2
     assert float((torch.sign(a0) == torch.sign(fd))[ok].double().mean()) >= 0.99
