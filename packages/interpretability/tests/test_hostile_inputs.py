@@ -359,6 +359,82 @@ SPECS += [
         allow={"init_peaks:constant": "equal peaks are valid"},
     ),
 ]
+# P34 diversity measures: points (n, p) or a distance matrix (is_distance=True)
+_P34_X = np.random.default_rng(0).uniform(size=(6, 2))
+_P34_D = ip.pairwise(_P34_X)
+DUP_OK = "identical points are a valid multiset (all duplicates): a finite diversity"
+DUP_INF = kt.Allow("identical points are duplicates: -inf, as documented", finite=False)
+_P34_MEASURES = {
+    "APD": ip.APD(),
+    "Diameter": ip.Diameter(),
+    "Bottleneck": ip.Bottleneck(),
+    "NNMean": ip.NNMean(),
+    "NumDistinct": ip.NumDistinct(),
+    "Circles": ip.Circles(0.5),
+    "Energy": ip.Energy(1.0),
+    "VendiScore": ip.VendiScore(0.5),
+    "Magnitude": ip.Magnitude(2.0),
+    "LogDet": ip.LogDet(0.5),
+}
+SPECS += [
+    *(
+        HostileSpec(
+            f"{_name}.__call__",
+            lambda X, _m=_m: _m(X, is_distance=False),
+            {"X": _P34_X},
+            ("X",),
+            covers=(_name, "DiversityMeasure"),
+            allow={"constant": DUP_INF if _name in ("Energy", "LogDet") else DUP_OK},
+        )
+        for _name, _m in _P34_MEASURES.items()
+    ),
+    HostileSpec(
+        "APD(distance matrix)",
+        lambda X: ip.APD()(X, is_distance=True),
+        {"X": _P34_D},
+        ("X",),
+        covers=("APD", "distance_matrix"),
+        allow={
+            "huge": "1e300-scaled distances are a valid metric: their mean is finite",
+            "constant": "the constant matrix that passes the metric checks is all zeros: all duplicates",
+        },
+    ),
+    HostileSpec("pairwise", ip.pairwise, {"X": _P34_X}, ("X",), allow={"constant": "all distances 0: valid"}),
+    HostileSpec(
+        "distance_matrix",
+        lambda X: ip.distance_matrix(X, is_distance=False),
+        {"X": _P34_X},
+        ("X",),
+        allow={"constant": "all distances 0: valid"},
+    ),
+    HostileSpec(
+        "max_clique_size",
+        ip.max_clique_size,
+        {"adjacency": _P34_D >= 0.5},
+        (),
+    ),
+    HostileSpec(
+        "vendi_from_kernel",
+        ip.vendi_from_kernel,
+        {"K": np.eye(4)},
+        ("K",),
+        allow={"constant": "the constant unit-diagonal kernel is all ones: identical points, Vendi 1"},
+    ),
+    HostileSpec(
+        "metric_push",
+        lambda D, delta: ip.metric_push(D, 0, delta),
+        {"D": _P34_D, "delta": 0.3},
+        ("delta",),
+    ),
+    HostileSpec(
+        "audit",
+        lambda n: ip.audit(ip.APD(), n=n, trials=3),
+        {"n": 4},
+        (),
+        covers=("audit", "AxiomResult", "verify_counterexample"),
+    ),
+    HostileSpec("audit_table", lambda: ip.audit_table([ip.APD()], n=4, trials=3), {}, ()),
+]
 EXCLUDED = {
     "from_saelens": "loads a SAELens state dict + cfg; the dict's tensors are checked by its own tests "
     "(an estimator constructor, not array math)"
