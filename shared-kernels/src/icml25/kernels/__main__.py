@@ -2,4 +2,5 @@
 
 from icml25.kernels.cli import main
 
-raise SystemExit(main())
+if __name__ == "__main__":  # importing the module (pkgutil.walk_packages, docs tools) must not run the CLI
+    raise SystemExit(main())
