@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
 
@@ -192,7 +193,7 @@ def _offdiag(D: np.ndarray) -> np.ndarray:
     return D[np.triu_indices(D.shape[0], k=1)]
 
 
-class DiversityMeasure:
+class DiversityMeasure(ABC):
     """A diversity measure of a multiset of points, computed from its distance matrix.
 
     ``measure(X, is_distance=..., metric=..., check_metric=...)`` validates ``X`` with
@@ -215,9 +216,9 @@ class DiversityMeasure:
         D = distance_matrix(X, is_distance=is_distance, metric=metric, check_metric=check_metric)
         return float(self.from_distances(D))
 
+    @abstractmethod
     def from_distances(self, D: np.ndarray) -> float:
         """The measure of a validated ``(n, n)`` distance matrix ``D`` (no checks)."""
-        raise NotImplementedError
 
     def __repr__(self) -> str:
         return self.name
