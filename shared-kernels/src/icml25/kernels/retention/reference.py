@@ -155,7 +155,7 @@ def retention_step_reference(
         decay = decay * (~done.bool())[:, None]
     prev = state * decay[..., None, None]
     qk = q @ k.transpose(-1, -2)
-    out = q @ prev + (qk.tril() if causal_agents else qk) @ v
+    out = q @ prev + _causal(qk, causal_agents) @ v
     return out, prev + k.transpose(-1, -2) @ v
 
 
