@@ -28,11 +28,10 @@ import warnings
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 
-from icml25.federated.data import FederatedData
+from icml25.federated.data import FederatedData, _check_int
 from icml25.federated.fedceo import FedAvgAggregator, _check_uploads
 from icml25.federated.server import FederatedServer
 from icml25.federated.training import Adam, make_mlp, seed_generator
@@ -96,11 +95,6 @@ def _check_n_samples(n_samples: object, k: int | None = None) -> Tensor:
     if k is not None and n.numel() != k:
         raise ValueError(f"n_samples must have one entry per client (K={k}), got {n.numel()}")
     return n
-
-
-def _check_int(name: str, v: object, lo: int) -> None:
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
-        raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
 
 
 def _check_positive(name: str, v: object, *, allow_zero: bool = False) -> None:
