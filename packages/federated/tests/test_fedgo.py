@@ -330,33 +330,3 @@ def test_swapped_discriminators_fail_the_quick_gate() -> None:
     metrics, _ = experiment.measure(experiment.QUICK, 0, broken="swap")
     assert metrics["fedgo_ens_acc"] < metrics["baseline_uniform_ens_acc"] + 0.15
     assert metrics["tv_to_oracle"] > 0.5
-
-
-def test_adam_first_step_closed_form() -> None:
-    """Step 1 of Adam moves every parameter by -lr·g/(|g| + eps) (bias correction exact)."""
-    from icml25.federated.training import Adam
-
-    p = torch.nn.Parameter(torch.tensor([1.0, -2.0, 3.0]))
-    p.grad = torch.tensor([0.5, -4.0, 1e-3])
-    Adam([p], lr=0.1).step()
-    g = torch.tensor([0.5, -4.0, 1e-3])
-    assert torch.allclose(p.detach(), torch.tensor([1.0, -2.0, 3.0]) - 0.1 * g / (g.abs() + 1e-8), atol=1e-6)
-
-
-@pytest.mark.slow
-def test_adam_matches_torch_optim() -> None:
-    from icml25.federated.training import Adam
-
-    a, b = make_mlp(3, 5, 2, seed=0), make_mlp(3, 5, 2, seed=0)
-    ours, ref = (
-        Adam(a.parameters(), lr=0.01, weight_decay=1e-3),
-        torch.optim.Adam(b.parameters(), lr=0.01, weight_decay=1e-3),
-    )
-    x = torch.randn(16, 3, generator=torch.Generator().manual_seed(0))
-    for _ in range(20):
-        for model, opt in ((a, ours), (b, ref)):
-            opt.zero_grad()
-            model(x).pow(2).mean().backward()
-            opt.step()
-    for pa, pb in zip(a.parameters(), b.parameters()):
-        assert torch.allclose(pa, pb, atol=1e-6)

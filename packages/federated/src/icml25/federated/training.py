@@ -8,7 +8,7 @@ Gaussian mechanism when ``dp.mode == "user"`` (:func:`icml25.federated.dp.privat
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass
 
@@ -16,6 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from icml25.federated.dp import DPConfig, _dp_sgd_step, privatize_update
+from icml25.kernels.optim import Adam  # re-exported: FedGO's fits use it through this module
 from icml25.kernels.rng import isolated_rng
 
 __all__ = [
@@ -64,51 +65,6 @@ def make_mlp(
         return build()
     with isolated_rng(seed):
         return build()
-
-
-class Adam:
-    """Adam (Kingma & Ba), the update of ``torch.optim.Adam`` with L2 ``weight_decay`` added to the gradient.
-
-    Written out because the first ``torch.optim`` step imports ``torch._dynamo`` (seconds of CPU for
-    nothing); tested against ``torch.optim.Adam``. Used by FedGO's local fits, discriminators and
-    distillation.
-    """
-
-    def __init__(
-        self,
-        params: Iterable[nn.Parameter],
-        lr: float = 1e-3,
-        betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-8,
-        weight_decay: float = 0.0,
-    ) -> None:
-        self.params = [p for p in params if p.requires_grad]
-        if not lr > 0 or not 0 <= betas[0] < 1 or not 0 <= betas[1] < 1 or not eps > 0 or weight_decay < 0:
-            raise ValueError(
-                f"Adam needs lr > 0, betas in [0, 1), eps > 0, weight_decay >= 0; got {lr}, {betas}, {eps}, "
-                f"{weight_decay}"
-            )
-        self.lr, self.betas, self.eps, self.weight_decay = lr, betas, eps, weight_decay
-        self.m = [torch.zeros_like(p) for p in self.params]
-        self.v = [torch.zeros_like(p) for p in self.params]
-        self.t = 0
-
-    def zero_grad(self) -> None:
-        for p in self.params:
-            p.grad = None
-
-    @torch.no_grad()
-    def step(self) -> None:
-        self.t += 1
-        b1, b2 = self.betas
-        c1, c2 = 1 - b1**self.t, 1 - b2**self.t
-        for p, m, v in zip(self.params, self.m, self.v):
-            if p.grad is None:
-                continue
-            g = p.grad if self.weight_decay == 0 else p.grad + self.weight_decay * p
-            m.mul_(b1).add_(g, alpha=1 - b1)
-            v.mul_(b2).addcmul_(g, g, value=1 - b2)
-            p.addcdiv_(m, (v / c2).sqrt_().add_(self.eps), value=-self.lr / c1)
 
 
 _SAMPLING = ("shuffle", "poisson")

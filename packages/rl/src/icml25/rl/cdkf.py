@@ -37,6 +37,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from icml25.kernels.optim import Adam
+
 __all__ = [
     "AuxDynamics",
     "AuxPath",
@@ -968,20 +970,12 @@ def optimize_rates(
     def lam_of(th: torch.Tensor) -> torch.Tensor:
         return (lm * torch.sigmoid(th)).repeat_interleave(rep, dim=0)
 
-    # Adam (Kingma & Ba) written out: torch.optim's first step imports torch._dynamo (seconds of start-up).
-    m1 = [torch.zeros_like(p) for p in params]
-    m2 = [torch.zeros_like(p) for p in params]
-    b1, b2, eps = 0.9, 0.999, 1e-8
+    opt = Adam(params, lr=lr_)  # betas 0.9, 0.999, eps 1e-8
     history: list[float] = []
-    for step in range(1, steps_ + 1):
+    for _ in range(steps_):
         terms = _objective(sde, sens, lam_of(theta), t, P_init, Wt, WTt, omega, aux, w, sub)
         loss = terms.total + l2_ * (theta**2).mean()
-        grads = torch.autograd.grad(loss, params)
-        with torch.no_grad():
-            for p, g, a, b in zip(params, grads, m1, m2, strict=True):
-                a.mul_(b1).add_(g, alpha=1 - b1)
-                b.mul_(b2).addcmul_(g, g, value=1 - b2)
-                p.sub_(lr_ * (a / (1 - b1**step)) / ((b / (1 - b2**step)).sqrt() + eps))
+        opt.step(torch.autograd.grad(loss, params))
         history.append(float(terms.total.detach()))
     with torch.no_grad():
         lam = lam_of(theta)

@@ -46,6 +46,7 @@ from icml25.kernels.experiment import (
     threshold_text,
     torch_threads,
 )
+from icml25.kernels.optim import Adam
 from icml25.kernels.rng import make_generator
 
 PAPER = "P34"
@@ -195,16 +196,12 @@ def maximise(
     gen = make_generator(seed=seed)
     # the restarts are one batch (R, n, 2): Adam is elementwise, so they stay independent runs
     X0 = torch.rand(setting.restarts, setting.n_opt, 2, generator=gen, dtype=torch.float64)
-    # Adam (betas 0.9, 0.999, eps 1e-8) written out: torch.optim's first use imports torch._dynamo (seconds)
-    X, m, v = X0.clone(), torch.zeros_like(X0), torch.zeros_like(X0)
-    for step in range(1, setting.opt_steps + 1):
-        X.requires_grad_(True)
-        (grad,) = torch.autograd.grad(objective(X, setting.softmin_tau).sum(), X)
+    X = X0.clone().requires_grad_(True)
+    opt = Adam([X], lr=setting.lr, maximize=True)  # betas 0.9, 0.999, eps 1e-8
+    for _ in range(setting.opt_steps):
+        opt.step(torch.autograd.grad(objective(X, setting.softmin_tau).sum(), [X]))
         with torch.no_grad():
-            m.mul_(0.9).add_(grad, alpha=0.1)
-            v.mul_(0.999).addcmul_(grad, grad, value=0.001)
-            m_hat, v_hat = m / (1 - 0.9**step), v / (1 - 0.999**step)
-            X = (X.detach() + setting.lr * m_hat / (v_hat.sqrt() + 1e-8)).clamp_(0.0, 1.0)
+            X.clamp_(0.0, 1.0)  # the projection onto the unit square
     runs = X.detach().numpy().copy()
     values = [exact(pts, is_distance=False) for pts in runs]
     return runs[int(np.argmax(values))], list(X0.numpy())
