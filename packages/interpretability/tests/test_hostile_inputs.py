@@ -435,6 +435,109 @@ SPECS += [
     ),
     HostileSpec("audit_table", lambda: ip.audit_table([ip.APD()], n=4, trials=3), {}, ()),
 ]
+# ------------------------------------------------------------------------------------------ P51
+_ICL_TASKS = ip.make_synthetic_icl_tasks(2, seed=0)
+_T5 = {"f0": _ICL_TASKS["f0"]}
+
+
+def _icl_model() -> ip.TinyICLTransformer:
+    return ip.TinyICLTransformer(78, 1, 2, 16, 40, seed=0).eval()
+
+
+def _ablated_logits(**kw):
+    model = _icl_model()
+    ids = ip.sample_prompts(_ICL_TASKS["f0"], 2, 3, seed=0)[0].input_ids[None]
+    with torch.no_grad(), ip.ablate_heads(model, **kw):
+        return model(input_ids=ids).logits
+
+
+_ATTN = torch.softmax(torch.randn(2, 9, 9, generator=_g).tril(), -1).tril()
+HUGE_OVERFLOW = "1e30-scaled activations overflow the float32 forward to non-finite logits (no error)"
+SPECS += [
+    HostileSpec(
+        "induction_score_from_attention",
+        ip.induction_score_from_attention,
+        {"attn": _ATTN, "n": 4},
+        ("attn", "n"),
+        allow={"attn:constant": "a constant pattern in [0, 1] has a finite score"},
+    ),
+    HostileSpec(
+        "select_heads",
+        ip.select_heads,
+        {
+            "scores": torch.rand(2, 3, generator=_g),
+            "k": 2,
+            "exclude_scores": torch.rand(2, 3, generator=_g),
+            "exclude_top": 1,
+        },
+        ("scores", "exclude_scores", "k"),
+        allow={"constant": "ties are broken by head order (stable sort)", "huge": "only the ranking matters"},
+    ),
+    HostileSpec(
+        "ablate_heads",
+        _ablated_logits,
+        {"heads": [(0, 1)], "mean_acts": torch.randn(1, 2, 8, generator=_g)},
+        ("mean_acts",),
+        allow={"constant": "any finite replacement vector is valid"},
+        known={"huge": HUGE_OVERFLOW},
+        covers=("ablate_heads", "HeadActivationSite"),
+    ),
+    HostileSpec(
+        "token_loss_difference",
+        lambda seqs: ip.token_loss_difference(_icl_model(), seqs, early=3, late=20),
+        {"seqs": torch.randint(2, 62, (2, 30), generator=_g)},
+        ("seqs",),
+        allow={"constant": "a constant token sequence has finite losses"},
+    ),
+    HostileSpec("random_heads", ip.random_heads, {"shape": (2, 3), "k": 2, "seed": 0}, ("k",)),
+    HostileSpec(
+        "fv_scores",
+        lambda: ip.fv_scores(_icl_model(), _T5, n_shots=3, n_prompts=2),
+        {},
+        (),
+        covers=(
+            "fv_scores",
+            "FVScores",
+            "mean_head_activations",
+            "sample_prompts",
+            "build_prompt",
+            "ICLPrompt",
+            "ICLTask",
+            "ICLTemplate",
+            "make_synthetic_icl_tasks",
+            "TinyICLTransformer",
+        ),
+    ),
+    HostileSpec(
+        "induction_scores",
+        lambda: ip.induction_scores(_icl_model(), n=4, batch=3, tokens=range(2, 62)),
+        {},
+        (),
+    ),
+    HostileSpec(
+        "random_token_activations",
+        lambda: ip.random_token_activations(_icl_model(), 5, tokens=range(2, 62)),
+        {},
+        (),
+    ),
+    HostileSpec(
+        "icl_accuracy",
+        lambda: ip.icl_accuracy(_icl_model(), _ICL_TASKS["f0"], n_shots=3, n_prompts=3),
+        {},
+        (),
+    ),
+    HostileSpec(
+        "train_synthetic_icl",
+        lambda: ip.train_synthetic_icl(
+            _icl_model(), list(_ICL_TASKS.values()), range(2, 62), steps=2, batch=4, n=4, n_shots=3
+        ),
+        {},
+        (),
+    ),
+    HostileSpec(
+        "tiny_llama", lambda: ip.tiny_llama(vocab_size=32, n_layers=1, n_heads=2, d_model=16), {}, ()
+    ),
+]
 EXCLUDED = {
     "from_saelens": "loads a SAELens state dict + cfg; the dict's tensors are checked by its own tests "
     "(an estimator constructor, not array math)"
