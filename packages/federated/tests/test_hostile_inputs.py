@@ -298,6 +298,70 @@ SPECS += [
         allow={"constant": CONST_X, "huge": "stored as given; the distillation is where it is consumed"},
     ),
 ]
+
+
+def _p14_layer() -> fd.SelectableLoRALinear:
+    torch.manual_seed(0)
+    layer = fd.SelectableLoRALinear(torch.nn.Linear(4, 3), r=2, alpha=4)
+    layer.add_task("a", seed=0)
+    layer.train()
+    return layer
+
+
+def _p14_model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+
+
+SPECS += [
+    # P14 presentative-feature PEFT-block selection
+    HostileSpec(
+        "routing_weights",
+        lambda features, means: fd.routing_weights(features, means, top_k=None),
+        {"features": torch.randn(5, 3, generator=_g), "means": torch.randn(4, 3, generator=_g)},
+        ("features", "means"),
+        allow={
+            "constant": "identical features or means are valid: equal distances give uniform / tied weights",
+            "huge": "float64 distances of 1e30 are finite and so is their softmax",
+            "empty": "no instances (B = 0) route to nothing: a (0, K) result",
+        },
+    ),
+    HostileSpec(
+        "masked_mean",
+        lambda x: fd.masked_mean(x, torch.ones(2, 4, dtype=torch.bool)),
+        {"x": torch.randn(2, 4, 3, generator=_g)},
+        ("x",),
+        allow={"constant": "the mean of a constant is that constant", "huge": "finite"},
+    ),
+    HostileSpec(
+        "RunningDiagGaussian",
+        lambda x: fd.RunningDiagGaussian(3).update(x).mean,
+        {"x": torch.randn(6, 3, generator=_g)},
+        ("x",),
+        allow={"constant": "a constant stream has zero variance: finite", "huge": "float64: finite"},
+    ),
+    HostileSpec(
+        "SelectableLoRALinear",
+        lambda h: _p14_layer()(h),
+        {"h": torch.randn(2, 5, 4, generator=_g)},
+        ("h",),
+        allow={
+            "constant": "a constant input is a valid input",
+            "huge": "float32 of 1e30 through a linear map: finite",
+        },
+        global_rng="constructing an nn.Module draws from the global generator (PyTorch's convention)",
+    ),
+    HostileSpec(
+        "PresentativeCL",
+        lambda temperature, alpha: (
+            fd.PresentativeCL(_p14_model(), targets=("0",), temperature=temperature, alpha=alpha).temperature
+        ),
+        {"temperature": 1.0, "alpha": 32.0},
+        ("temperature", "alpha"),
+        global_rng="constructing an nn.Module draws from the global generator (PyTorch's convention)",
+    ),
+]
+
 EXCLUDED = {
     "FedGOServer": "a simulation driver over FederatedData (its aggregator, configs and data are registered)",
     "DPFedAvgServer": "a simulation driver over FederatedData (validated by FederatedData and its configs)",

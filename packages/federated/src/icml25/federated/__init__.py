@@ -7,6 +7,13 @@ implemented paper is re-exported here.
 from importlib.metadata import version as _distribution_version
 from typing import Any
 
+from icml25.federated.cl_peft_select import (
+    PresentativeCL,
+    RunningDiagGaussian,
+    SelectableLoRALinear,
+    masked_mean,
+    routing_weights,
+)
 from icml25.federated.data import (
     FederatedData,
     dirichlet_split,
@@ -132,4 +139,10 @@ __all__ = [  # noqa: RUF022 (grouped by paper)
     "train_discriminator",
     "weight_entropy",
     "weighted_mean_state",
+    # P14 presentative-feature PEFT-block selection
+    "PresentativeCL",
+    "RunningDiagGaussian",
+    "SelectableLoRALinear",
+    "masked_mean",
+    "routing_weights",
 ]
