@@ -284,7 +284,76 @@ SPECS += [
         covers=("TopicBigramCorpus",),
     ),
 ]
+# P04 MEAP -----------------------------------------------------------------------------------------------
+_MEAP_IDS = torch.randint(0, 20, (3, 12), generator=_g)
+MEAP_OK = {"constant": "a row repeating one token is valid input"}
+with isolated_rng(0):
+    _MEAP_LM = torch.nn.Sequential(torch.nn.Embedding(21, 8), torch.nn.Linear(8, 21))
+
+
+def _meap_lm(input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """A tiny causal LM (embedding + linear head) called like an HF model."""
+    return _MEAP_LM(input_ids)
+
+
+_MEAP_COLL = le.MEAPCollator(mask_id=20, ratio=0.25, seed=0)
+_MEAP_SFT = le.MEAPSFTCollator(mask_id=20, eos_id=1, pad_id=0, min_answer_len=2, seed=0)
+
+SPECS += [
+    HostileSpec(
+        "meap_mask_inputs",
+        lambda input_ids, protect: le.meap_mask_inputs(input_ids, 20, 0.25, protect=protect, seed=0),
+        {"input_ids": _MEAP_IDS, "protect": torch.zeros(3, 12, dtype=torch.bool)},
+        ("input_ids", "protect"),
+        {"constant": "a constant row (or no protected position) is valid"},
+    ),
+    HostileSpec(
+        "mask_hf_batch",
+        lambda input_ids, attention_mask: le.mask_hf_batch(
+            input_ids, 20, 0.25, attention_mask=attention_mask, seed=0
+        ),
+        {"input_ids": _MEAP_IDS, "attention_mask": torch.ones(3, 12, dtype=torch.long)},
+        ("input_ids", "attention_mask"),
+        {"constant": "a constant row (or no padding) is valid"},
+    ),
+    HostileSpec(
+        "meap_pretrain_loss",
+        lambda input_ids: le.meap_pretrain_loss(_meap_lm, input_ids, mask_id=20, ratio=0.25, seed=0),
+        {"input_ids": _MEAP_IDS},
+        ("input_ids",),
+        MEAP_OK,
+    ),
+    HostileSpec(
+        "causal_lm_loss",
+        le.causal_lm_loss,
+        {"logits": torch.randn(3, 12, 21, generator=_g), "labels": _MEAP_IDS},
+        ("logits", "labels"),
+        {
+            "constant": "constant logits are a uniform prediction: a finite loss",
+            "huge": "log-softmax of huge logits is finite",
+        },
+    ),
+    HostileSpec(
+        "MEAPCollator",
+        lambda features: _MEAP_COLL([{"input_ids": r} for r in features]),
+        {"features": _MEAP_IDS},
+        ("features",),
+        MEAP_OK,
+    ),
+    HostileSpec(
+        "MEAPSFTCollator",
+        lambda prompt_ids, answer_ids: _MEAP_SFT([{"prompt_ids": prompt_ids, "answer_ids": answer_ids}]),
+        {"prompt_ids": _MEAP_IDS[0, :4], "answer_ids": _MEAP_IDS[1]},
+        ("prompt_ids", "answer_ids"),
+        {
+            "constant": "a constant prompt or answer is valid",
+            "empty": "an empty prompt (or answer) is a valid SFT example: the row is the rest plus EOS",
+        },
+    ),
+]
 EXCLUDED = {
+    "add_mask_token": "edits a transformers tokenizer and resizes a model (extra [hf]); no array input",
+    "meap_attention_stats": "runs an HF model with output_attentions (extra [hf]); checked in test_meap.py",
     "Chunk": "a result container (text, start offset)",
     "AquaPredictors": "a container of nn.Linear predictors built by calibrate_predictors; checks its config",
     "CalibrationReport": "a result container",
