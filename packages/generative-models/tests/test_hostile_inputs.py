@@ -393,9 +393,230 @@ def _train_score():
 SPECS += _dg_specs()
 
 
+# ---- P06 K2VAE forecasting ---------------------------------------------------------------------------
+
+_K2 = {"patch_len": 8, "latent_dim": 4, "hidden_dim": 8, "hidden_layers": 1, "d_model": 4, "n_heads": 2}
+_CTX = torch.randn(2, 16, 2, generator=_g)
+_Y6 = torch.randn(2, 6, 2, generator=_g)
+_SER = torch.randn(40, 2, generator=_g)
+_SAMP = torch.randn(5, 2, 3, generator=_g, dtype=torch.float64)
+_TGT = torch.randn(2, 3, generator=_g, dtype=torch.float64)
+K2_CONST = "a constant context channel is valid: RevIN divides by eps (a RuntimeWarning says so): finite"
+METRIC_OK = "constant or huge samples/targets are valid: the metric is finite (float64)"
+INIT_RNG = "nn.Module construction initialises parameters from torch's global generator (PyTorch convention)"
+
+
+def _k2(**kw) -> gm.K2VAE:
+    return gm.K2VAE(2, 16, 6, seed=0, **_K2, **kw).eval()
+
+
+class _FittedView(torch.nn.Module):
+    """The live fitted state of a forecaster holding a network (its ``state_dict`` plus fitted tensors), so
+    ``state_of`` can compare it exactly (``vars`` of an object holding an ``nn.Module`` compares by identity)."""
+
+    def __init__(self, est: object, net: str, extra: tuple[str, ...] = ()) -> None:
+        super().__init__()
+        self.__dict__.update(_est=est, _net=net, _extra=extra)
+
+    def state_dict(self, *args, **kwargs) -> dict:  # type: ignore[override]
+        if not hasattr(self._est, self._net):
+            return {}
+        out = dict(getattr(self._est, self._net).state_dict())
+        out.update({k: getattr(self._est, k) for k in self._extra})
+        return out
+
+
+def _k2_forecaster():
+    fc = gm.K2VAEForecaster(16, 6, steps=2, batch_size=4, seed=0, **_K2)
+    return fc.fit, {"series": _SER}, _FittedView(fc, "model_", ("mean_", "scale_"))
+
+
+def _k2_predict():
+    fc = gm.K2VAEForecaster(16, 6, steps=2, batch_size=4, seed=0, **_K2).fit(_SER)
+    return (lambda context: fc.predict(context, num_samples=4)), {"context": _CTX}, _FittedView(fc, "model_")
+
+
+def _naive_fit():
+    sn = gm.SeasonalNaive(4)
+    return sn.fit, {"series": _SER}, sn
+
+
+def _gru_fit():
+    gru = gm.GRUForecaster(2, hidden=4, window=8, steps=2, batch_size=4, seed=0)
+    return gru.fit, {"series": _SER}, _FittedView(gru, "net_")
+
+
+def _gru_sample():
+    gru = gm.GRUForecaster(2, hidden=4, window=8, steps=2, batch_size=4, seed=0).fit(_SER)
+    return (lambda x: gru.sample(x, 3, num_samples=4, seed=0)), {"x": _CTX}, _FittedView(gru, "net_")
+
+
+def _k2vae_specs() -> list[HostileSpec]:
+    return [
+        HostileSpec("K2VAE.sample", lambda x: _k2().sample(x, 4, seed=0), {"x": _CTX}, ("x",),
+                    allow={"constant": K2_CONST}, covers=("K2VAE",)),
+        HostileSpec("K2VAE.loss", lambda x, y: _k2().loss(x, y, generator=torch.Generator().manual_seed(0))["total"],
+                    {"x": _CTX, "y": _Y6}, ("x", "y"), allow={"constant": K2_CONST}, covers=("K2VAE",)),
+        HostileSpec("K2VAEForecaster.fit", setup=_k2_forecaster, arrays=("series",), covers=("K2VAEForecaster",)),
+        HostileSpec("K2VAEForecaster.predict", setup=_k2_predict, arrays=("context",),
+                    allow={"constant": K2_CONST}, covers=("K2VAEForecaster",)),
+        HostileSpec("KoopmanOperator", lambda Z: gm.KoopmanOperator(3, "both")(Z, 5)[1],
+                    {"Z": torch.randn(2, 4, 3, generator=_g)}, ("Z",), global_rng=INIT_RNG,
+                    allow={"constant": "constant latents are valid: K falls back to finite values",
+                           "huge": "huge latents are valid: the min-norm least squares stays finite"}),
+        HostileSpec("DifferentiableKalmanFilter", lambda x0, measurements: gm.DifferentiableKalmanFilter(3)(x0, measurements)[0],
+                    {"x0": torch.randn(2, 3, generator=_g), "measurements": torch.randn(2, 4, 3, generator=_g)},
+                    ("x0", "measurements"), allow={"constant": "constant states/measurements are valid",
+                                                   "huge": "the filter is linear: huge inputs give finite states"}),
+        HostileSpec("SeasonalNaive.fit", setup=_naive_fit, arrays=("series",), covers=("SeasonalNaive",),
+                    allow={"constant": "a constant series has zero residual std, floored at 1e-8: finite"}),
+        HostileSpec("SeasonalNaive.sample", lambda x: gm.SeasonalNaive(4).fit(_SER).sample(x, 5, 3, seed=0),
+                    {"x": _CTX}, ("x",), allow={"constant": CONST_OK}, covers=("SeasonalNaive",)),
+        HostileSpec("GRUForecaster.fit", setup=_gru_fit, arrays=("series",), covers=("GRUForecaster",),
+                    allow={"constant": "a constant series is valid training data: finite"}),
+        HostileSpec("GRUForecaster.sample", setup=_gru_sample, arrays=("x",), covers=("GRUForecaster",),
+                    allow={"constant": CONST_OK}),
+        HostileSpec("climatology_samples", lambda x: gm.climatology_samples(x, 3, 4, seed=0), {"x": _CTX}, ("x",),
+                    allow={"constant": "a constant context gives a point mass: finite"}),
+        HostileSpec("crps_from_samples", gm.crps_from_samples, {"samples": _SAMP, "y": _TGT}, ("samples", "y"),
+                    allow={"constant": METRIC_OK, "huge": METRIC_OK}),
+        HostileSpec("gaussian_crps", gm.gaussian_crps, {"mean": _TGT, "std": _TGT.abs() + 0.5, "y": _TGT},
+                    ("mean", "std", "y"), allow={"constant": METRIC_OK, "huge": METRIC_OK}),
+        HostileSpec("weighted_quantile_loss", gm.weighted_quantile_loss, {"samples": _SAMP, "y": _TGT},
+                    ("samples", "y"), allow={"constant": METRIC_OK, "huge": METRIC_OK}),
+        HostileSpec("nmae", gm.nmae, {"samples": _SAMP, "y": _TGT}, ("samples", "y"),
+                    allow={"constant": METRIC_OK, "huge": METRIC_OK}),
+        HostileSpec("interval_coverage", gm.interval_coverage, {"samples": _SAMP, "y": _TGT}, ("samples", "y"),
+                    allow={"constant": METRIC_OK, "huge": METRIC_OK}),
+    ]  # fmt: skip
+
+
+SPECS += _k2vae_specs()
+
+
+# ---- P20 MCMC extrapolation --------------------------------------------------------------------------
+
+_TOY = gm.SequenceDesignToy(6, 4, n_motifs=2, seed=0)
+_SEQ = _TOY.sample(3, seed=0)
+_SUB = gm.SubstitutionProposal(4, (1, 2))
+TOKENS_OK = "constant token sequences are valid sequences"
+ONE_SEQ = "(L,) is one sequence (n = 1): a documented valid form"
+
+
+def _uniform_mlm(X: np.ndarray) -> np.ndarray:
+    return np.zeros((*X.shape, 5))
+
+
+def _p20_fitted() -> gm.ExtrapolatorLM:
+    pairs = [(s.tolist(), np.sort(s).tolist()) for s in _SEQ]
+    return gm.ExtrapolatorLM(4, 6, n_layer=1, n_embd=8, n_head=2, seed=0).fit(pairs, epochs=1)
+
+
+def _p20_fit():
+    model = gm.ExtrapolatorLM(4, 6, n_layer=1, n_embd=8, n_head=2, seed=0)
+    return (lambda src: model.fit(list(zip(src, src)), epochs=1)), {"src": _SEQ}, model.model
+
+
+def _p20_transform():
+    model = _p20_fitted()
+    return (
+        (lambda x: model.transform(x, 2, guide=lambda X: X.sum(1) * 1.0).sequences),
+        {"x": _SEQ},
+        model.model,
+    )
+
+
+def _p20_specs() -> list[HostileSpec]:
+    chain = [(s.tolist(), float(i)) for i, s in enumerate(_SEQ)]
+    return [
+        HostileSpec(
+            "SequenceDesignToy",
+            lambda bonus: gm.SequenceDesignToy(6, 4, bonus=bonus),
+            {"bonus": 1.5},
+            ("bonus",),
+        ),
+        HostileSpec(
+            "SequenceDesignToy.oracle",
+            lambda X: _TOY.oracle(X),
+            {"X": _SEQ},
+            ("X",),
+            allow={"constant": TOKENS_OK},
+            covers=("SequenceDesignToy",),
+        ),
+        HostileSpec(
+            "SubstitutionProposal.propose",
+            lambda X: _SUB.propose(X, np.random.default_rng(0))[0],
+            {"X": _SEQ},
+            ("X",),
+            allow={"constant": TOKENS_OK, "missing_dim": ONE_SEQ},
+            covers=("SubstitutionProposal",),
+        ),
+        HostileSpec(
+            "MaskInfillProposal",
+            lambda X, mask_frac: gm.MaskInfillProposal(_uniform_mlm, 4, mask_frac=mask_frac).propose(
+                X, np.random.default_rng(0)
+            )[0],
+            {"X": _SEQ, "mask_frac": 0.3},
+            ("X", "mask_frac"),
+            allow={"X:constant": TOKENS_OK, "X:missing_dim": ONE_SEQ},
+        ),
+        HostileSpec(
+            "metropolis_hastings",
+            lambda x0: gm.metropolis_hastings(x0, lambda X: 0.1 * X.sum(1), _SUB, 3, seed=0)[0].states,
+            {"x0": _SEQ},
+            ("x0",),
+            allow={"constant": TOKENS_OK, "missing_dim": ONE_SEQ},
+            covers=("metropolis_hastings", "Chain"),
+        ),
+        HostileSpec(
+            "energy_target",
+            lambda x0, beta: gm.energy_target(lambda Y: Y.sum(1) * 1.0, x0, beta=beta)(x0),
+            {"x0": _SEQ, "beta": 1.0},
+            ("x0", "beta"),
+            allow={"x0:constant": TOKENS_OK, "x0:missing_dim": ONE_SEQ},
+        ),
+        HostileSpec(
+            "as_guide",
+            lambda X: gm.as_guide(lambda Y: Y.sum(1) * 1.0)(X),
+            {"X": _SEQ},
+            ("X",),
+            allow={"constant": TOKENS_OK, "missing_dim": ONE_SEQ},
+        ),
+        HostileSpec(
+            "select_episode", lambda delta: gm.select_episode(chain, delta=delta), {"delta": 0.5}, ("delta",)
+        ),
+        HostileSpec(
+            "build_pairs",
+            lambda episode: gm.build_pairs([episode]),
+            {"episode": _SEQ},
+            ("episode",),
+            allow={"constant": TOKENS_OK},
+            kinds=("empty", "dtype", "extra_dim", "constant"),
+        ),
+        HostileSpec(
+            "ExtrapolatorLM.fit",
+            setup=_p20_fit,
+            arrays=("src",),
+            allow={"constant": TOKENS_OK},
+            covers=("ExtrapolatorLM",),
+        ),
+        HostileSpec(
+            "ExtrapolatorLM.transform",
+            setup=_p20_transform,
+            arrays=("x",),
+            allow={"constant": TOKENS_OK},
+            covers=("ExtrapolatorLM", "TransformResult"),
+        ),
+    ]
+
+
+SPECS += _p20_specs()
+
+
 EXCLUDED = {
     "RolloutResult": "a result container built by thermalized_rollout, not a user entry point",
     "TrainResult": "a result container returned by train_flow, not a user entry point",
+    "K2VAEOutput": "a result container returned by K2VAE.forward, not a user entry point",
 }
 
 

@@ -1,0 +1,57 @@
+"""K²VAE: Koopman–Kalman VAE for long-term probabilistic forecasting — ICML 2025, P06: forecasting subpackage.
+
+Wu et al., "K²VAE: A Koopman-Kalman Enhanced Variational AutoEncoder for Probabilistic Time Series
+Forecasting", ICML 2025 (arXiv 2505.23017; official code ``decisionintelligence/K2VAE``). The model
+(:mod:`.k2vae`), the sklearn-style wrapper (:mod:`.forecaster`), metrics (:mod:`.metrics`), baselines
+(:mod:`.baselines`) and, through one lazy hop, the GluonTS ``Predictor`` adapter (``K2VAEPredictor``,
+extra ``[gluonts]``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from icml25.generative_models.forecasting.baselines import GRUForecaster, SeasonalNaive, climatology_samples
+from icml25.generative_models.forecasting.forecaster import K2VAEForecaster
+from icml25.generative_models.forecasting.k2vae import (
+    K2VAE,
+    DifferentiableKalmanFilter,
+    K2VAEOutput,
+    KoopmanOperator,
+    RevIN,
+    kl_to_standard_normal,
+)
+from icml25.generative_models.forecasting.metrics import (
+    crps_from_samples,
+    gaussian_crps,
+    interval_coverage,
+    nmae,
+    weighted_quantile_loss,
+)
+
+__all__ = [
+    "K2VAE",
+    "DifferentiableKalmanFilter",
+    "GRUForecaster",
+    "K2VAEForecaster",
+    "K2VAEOutput",
+    "K2VAEPredictor",
+    "KoopmanOperator",
+    "RevIN",
+    "SeasonalNaive",
+    "climatology_samples",
+    "crps_from_samples",
+    "gaussian_crps",
+    "interval_coverage",
+    "kl_to_standard_normal",
+    "nmae",
+    "weighted_quantile_loss",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "K2VAEPredictor":
+        from icml25.generative_models.forecasting.gluonts_adapter import K2VAEPredictor
+
+        return K2VAEPredictor
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
