@@ -422,6 +422,83 @@ EXCLUDED.update(
 )
 
 
+# P45 Sable: tiny networks; obs arrays of the network, the IPPO baseline, the attention encoder and the env.
+import torch  # noqa: E402
+
+_P45_CFG = rl.SableConfig(2, 5, 3, embed_dim=8, chunk_size=2)
+_P45_NET = rl.SableNet(_P45_CFG, seed=0)
+_P45_OBS = torch.randn(3, 2, 5, generator=torch.Generator().manual_seed(0))
+_P45_SEQ = torch.randn(2, 3, 2, 5, generator=torch.Generator().manual_seed(1))
+_P45_ACT = torch.zeros(2, 3, 2, dtype=torch.long)
+P45_CONST = "identical observations are valid: the network's outputs are finite"
+P45_HUGE = "RMSNorm on the input rescales 1e30 observations: finite outputs"
+SPECS += [
+    HostileSpec(
+        "SableNet.act",
+        lambda obs: _P45_NET.act(obs, generator=torch.Generator().manual_seed(0)),
+        {"obs": _P45_OBS},
+        ("obs",),
+        {"constant": P45_CONST, "huge": P45_HUGE},
+        covers=("SableNet", "SableConfig"),
+    ),
+    HostileSpec(
+        "SableNet.forward_train",
+        lambda obs: _P45_NET.forward_train(obs, _P45_ACT),
+        {"obs": _P45_SEQ},
+        ("obs",),
+        {"constant": P45_CONST, "huge": P45_HUGE},
+    ),
+    HostileSpec(
+        "MultiScaleRetention",
+        lambda kappa: rl.MultiScaleRetention(8, 2, kappa, causal_agents=True),
+        {"kappa": torch.tensor([0.9, 0.5])},
+        ("kappa",),
+        {"constant": "equal decays for all heads are valid"},
+        global_rng="constructing an nn.Module draws its initial weights from torch's global generator",
+    ),
+    HostileSpec(
+        "IPPOPolicy.act",
+        lambda obs: rl.IPPOPolicy(5, 3, 2).act(obs, generator=torch.Generator().manual_seed(0)),
+        {"obs": _P45_OBS},
+        ("obs",),
+        {"constant": P45_CONST, "huge": "a tanh MLP saturates on 1e30 inputs: finite logits"},
+        covers=("IPPOPolicy",),
+    ),
+    HostileSpec(
+        "SoftmaxAttentionEncoder",
+        lambda obs: rl.SoftmaxAttentionEncoder(5, 8)(obs),
+        {"obs": _P45_OBS},
+        ("obs",),
+        {"constant": P45_CONST},
+        known={"obs:huge": "LayerNorm's variance of 1e30 float32 inputs overflows to NaN (no error)"},
+    ),
+    HostileSpec(
+        "DelayedCueEnv.step",
+        lambda actions: (lambda e: (e.reset(), e.step(actions)))(rl.DelayedCueEnv(3, 2, 4)),
+        {"actions": np.zeros((3, 2), dtype=np.int64)},
+        ("actions",),
+        {"constant": "every agent taking the same action is a valid joint action"},
+        covers=("DelayedCueEnv",),
+    ),
+    HostileSpec(
+        "PPOTrainer.train",
+        lambda total_steps: rl.PPOTrainer(
+            rl.DelayedCueEnv(2, 2, 2), rl.IPPOPolicy(6, 2, 2), rl.PPOConfig(rollout_length=2, epochs=1)
+        ).train(total_steps),
+        {"total_steps": 4},
+        (),
+        covers=("PPOTrainer", "PPOConfig"),
+    ),
+    HostileSpec(
+        "forward_peak_bytes",
+        rl.forward_peak_bytes,
+        {"fn": lambda: torch.ones(3, 4) * 2},
+        (),
+    ),
+]
+EXCLUDED.update({"TrainResult": "the container returned by PPOTrainer.train"})
+
+
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
 def test_hostile_inputs(spec: HostileSpec) -> None:
     print(spec.check().summary())

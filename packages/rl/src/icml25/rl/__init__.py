@@ -43,6 +43,18 @@ from icml25.rl.gas import (
     train_tdr,
 )
 from icml25.rl.maze import GridMaze, generate_stitch_dataset, register_envs
+from icml25.rl.sable import (
+    DelayedCueEnv,
+    IPPOPolicy,
+    MultiScaleRetention,
+    PPOConfig,
+    PPOTrainer,
+    SableConfig,
+    SableNet,
+    SoftmaxAttentionEncoder,
+    TrainResult,
+    forward_peak_bytes,
+)
 from icml25.rl.sf_lsvi import (
     EpisodeBatch,
     EpsilonGreedyQLearning,
@@ -107,6 +119,17 @@ __all__ = [  # noqa: RUF022 (grouped by paper)
     "run_episode",
     "tabular_mdp_from_gym",
     "two_branch_chain",
+    # P45 Sable (the PettingZoo integration: icml25.rl.sable.DelayedCueParallelEnv / ParallelEnvVectorizer)
+    "DelayedCueEnv",
+    "IPPOPolicy",
+    "MultiScaleRetention",
+    "PPOConfig",
+    "PPOTrainer",
+    "SableConfig",
+    "SableNet",
+    "SoftmaxAttentionEncoder",
+    "TrainResult",
+    "forward_peak_bytes",
     # P46 CD-KF sensor scheduling
     "AuxDynamics",
     "AuxPath",
