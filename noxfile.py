@@ -33,6 +33,10 @@ TEST_TOOLS = ["pytest>=8", "hypothesis>=6.100"]
 PACKAGES: dict[str, tuple[str, list[str]]] = {
     name: (m.folder, list(m.test_extras)) for name, m in workspace.members(ROOT).items()
 }
+# distribution suffix -> test-only requirements ([tool.icml25] test-requires), installed by its test session
+TEST_REQUIRES: dict[str, list[str]] = {
+    name: list(m.test_requires) for name, m in workspace.members(ROOT).items()
+}
 
 # CI budget (CONTRIBUTING.md): `bash .ci/run` <= 40 minutes on the 2-core machine; every session logs its
 # duration so the budget can be watched as papers are added.
@@ -118,7 +122,7 @@ def lint(session: nox.Session) -> None:
 def _tests(session: nox.Session, name: str) -> None:
     folder = PACKAGES[name][0]
     _install_packages(session, [name])
-    session.install("-c", CONSTRAINTS, *TEST_TOOLS)
+    session.install("-c", CONSTRAINTS, *TEST_TOOLS, *TEST_REQUIRES[name])
     area = "kernels" if name == "kernels" else name.replace("-", "_")
     # the tests must exercise the installed wheel, not src/: fail loudly if the import resolves elsewhere
     session.run(

@@ -3,7 +3,8 @@
 The noxfile, the catalog tool and the integration tests all ask this module instead of keeping their own
 lists. The members come from ``[tool.uv.workspace] members`` of the root ``pyproject.toml``; each member's
 own ``pyproject.toml`` gives its name, version and extras. A member may narrow the extras its test session
-installs with ``[tool.icml25] test-extras = [...]`` (default: all of them).
+installs with ``[tool.icml25] test-extras = [...]`` (default: all of them), and name test-only requirements with
+``test-requires = [...]`` (installed by its test session, never required by its wheel).
 
 Usage::
 
@@ -38,6 +39,7 @@ class Member:
     version: str
     extras: tuple[str, ...]
     test_extras: tuple[str, ...]
+    test_requires: tuple[str, ...] = ()
 
     @property
     def distribution(self) -> str:
@@ -68,9 +70,17 @@ def members(root: Path = ROOT) -> dict[str, Member]:
             test_extras = tuple(data.get("tool", {}).get("icml25", {}).get("test-extras", extras))
             if set(test_extras) - set(extras):
                 raise ValueError(f"{project_file}: test-extras {test_extras} name extras it does not define")
+            # test-only requirements (e.g. accelerate, which transformers.Trainer needs in a test): installed by
+            # the package's test session, never in the wheel's Requires-Dist
+            test_requires = tuple(data.get("tool", {}).get("icml25", {}).get("test-requires", ()))
             name = project["name"][len(PREFIX) :]
             found[name] = Member(
-                name, folder.relative_to(root).as_posix(), project["version"], extras, test_extras
+                name,
+                folder.relative_to(root).as_posix(),
+                project["version"],
+                extras,
+                test_extras,
+                test_requires,
             )
     if "kernels" not in found:
         raise ValueError("the workspace has no icml25-kernels member")

@@ -239,10 +239,10 @@ def test_pettingzoo_parallel_api_and_simple_spread() -> None:
     from mpe2 import simple_spread_v3
     from pettingzoo.test import parallel_api_test
 
-    from icml25.rl.sable import DelayedCueParallelEnv, ParallelEnvVectorizer
+    from icml25.rl.sable import DelayedCueParallelEnv, ParallelEnvVectorizer, simple_spread
 
     parallel_api_test(DelayedCueParallelEnv(3, 5), num_cycles=20)
-    vec = ParallelEnvVectorizer(lambda: simple_spread_v3.parallel_env(N=3, max_cycles=5), n_envs=2, seed=0)
+    vec = simple_spread(n_envs=2, n_agents=3, max_cycles=5, seed=0)
     assert (vec.n_agents, vec.obs_dim, vec.n_actions) == (3, 18, 5)
     net = SableNet(SableConfig(3, vec.obs_dim, vec.n_actions, embed_dim=8, chunk_size=2))
     before = [p.detach().clone() for p in net.parameters()]
@@ -254,6 +254,9 @@ def test_pettingzoo_parallel_api_and_simple_spread() -> None:
     assert cue.reset(seed=0).shape == (3, 2, 8)
     with pytest.raises(NotImplementedError, match="Gaussian head"):
         ParallelEnvVectorizer(lambda: simple_spread_v3.parallel_env(continuous_actions=True))
+    for bad in ({"n_agents": 0}, {"max_cycles": 2.5}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            simple_spread(**bad)
 
 
 # --------------------------------------------------------------------------------- reproduction gate

@@ -3,7 +3,7 @@
 Mahjoub et al., ICML 2025 (official JAX code ``instadeepai/Mava``). :class:`SableNet` (encoder–decoder
 retention policy), :class:`PPOTrainer` (PPO with chunkwise training and recurrent acting), the IPPO baseline
 :class:`IPPOPolicy`, the vectorised delayed-cue memory game :class:`DelayedCueEnv`; the PettingZoo
-integration (:class:`DelayedCueParallelEnv`, :class:`ParallelEnvVectorizer`) is imported lazily (extra
+integration (:class:`DelayedCueParallelEnv`, :class:`ParallelEnvVectorizer`, MPE's :func:`simple_spread`) is imported lazily (extra
 ``pettingzoo``).
 """
 
@@ -31,9 +31,10 @@ __all__ = [
     "TrainResult",
     "VectorEnv",
     "forward_peak_bytes",
+    "simple_spread",
 ]
 
-_LAZY = {"DelayedCueParallelEnv", "ParallelEnvVectorizer"}
+_LAZY = {"DelayedCueParallelEnv", "ParallelEnvVectorizer", "simple_spread"}
 
 
 def __getattr__(name: str) -> Any:

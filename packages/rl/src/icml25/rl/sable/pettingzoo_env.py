@@ -25,7 +25,7 @@ except ImportError as err:  # pragma: no cover - exercised without the extra
 
 from icml25.rl.sable.env import DelayedCueEnv
 
-__all__ = ["DelayedCueParallelEnv", "ParallelEnvVectorizer"]
+__all__ = ["DelayedCueParallelEnv", "ParallelEnvVectorizer", "simple_spread"]
 
 
 class DelayedCueParallelEnv(ParallelEnv):
@@ -177,3 +177,25 @@ class ParallelEnvVectorizer:
                 self._seed += 1
             obs_out.append(self._stack(obs, i))
         return np.stack(obs_out), rew, done, {}
+
+
+def simple_spread(
+    n_envs: int = 1, n_agents: int = 3, max_cycles: int = 25, seed: int = 0
+) -> ParallelEnvVectorizer:
+    """MPE ``simple_spread_v3`` (from ``mpe2``, discrete actions) as the vectorised team env Sable trains on.
+
+    ``n_agents`` agents must cover as many landmarks within ``max_cycles`` steps; observations
+    ``[n_envs, n_agents, 6 + 4·n_agents]``, 5 actions. Needs the ``pettingzoo`` extra (it brings ``mpe2``).
+    """
+    for name, value in (("n_agents", n_agents), ("max_cycles", max_cycles)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    try:
+        from mpe2 import simple_spread_v3
+    except ImportError as err:  # pragma: no cover - exercised without the extra
+        raise ImportError("simple_spread needs mpe2: pip install 'icml25-rl[pettingzoo]'") from err
+    return ParallelEnvVectorizer(
+        lambda: simple_spread_v3.parallel_env(N=n_agents, max_cycles=max_cycles, continuous_actions=False),
+        n_envs=n_envs,
+        seed=seed,
+    )
