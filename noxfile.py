@@ -30,13 +30,12 @@ CONSTRAINTS = str(ROOT / "constraints.txt")
 TEST_TOOLS = ["pytest>=8", "hypothesis>=6.100"]
 
 # distribution suffix -> (source folder, extras installed for its tests), from the workspace's pyprojects
+_MEMBERS = workspace.members(ROOT)
 PACKAGES: dict[str, tuple[str, list[str]]] = {
-    name: (m.folder, list(m.test_extras)) for name, m in workspace.members(ROOT).items()
+    name: (m.folder, list(m.test_extras)) for name, m in _MEMBERS.items()
 }
 # distribution suffix -> test-only requirements ([tool.icml25] test-requires), installed by its test session
-TEST_REQUIRES: dict[str, list[str]] = {
-    name: list(m.test_requires) for name, m in workspace.members(ROOT).items()
-}
+TEST_REQUIRES: dict[str, list[str]] = {name: list(m.test_requires) for name, m in _MEMBERS.items()}
 
 # CI budget (CONTRIBUTING.md): `bash .ci/run` <= 40 minutes on the 2-core machine; every session logs its
 # duration so the budget can be watched as papers are added.
