@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import json
 import re
 import subprocess
 import sys
@@ -116,15 +117,49 @@ def test_paper_module_docstring_header(path: Path) -> None:
     )
 
 
-@pytest.mark.parametrize("path", EXPERIMENTS, ids=_ids(EXPERIMENTS))
-def test_experiment_command_line_help(path: Path) -> None:
+def _module_name(path: Path) -> str:
     parts = list(path.with_suffix("").parts)
-    module = ".".join(parts[parts.index("icml25") :])
+    return ".".join(parts[parts.index("icml25") :])
+
+
+# `python -m <module> --help` for every experiment, in one interpreter: runpy.run_module with
+# run_name="__main__" is what `python -m` does, and one start-up (torch, sklearn...) instead of one per
+# module keeps this at seconds, not minutes, as papers are added.
+_HELP_ALL = """
+import contextlib, io, json, runpy, sys, traceback
+results = {}
+for module in sys.argv[1:]:
+    out, err, code = io.StringIO(), io.StringIO(), None
+    sys.argv = [module, "--help"]
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        except SystemExit as stop:
+            code = stop.code or 0
+        except BaseException:
+            code = "raised: " + traceback.format_exc()[-2000:]
+    results[module] = {"code": code, "stdout": out.getvalue(), "stderr": err.getvalue()[-2000:]}
+print(json.dumps(results))
+"""
+
+
+@pytest.fixture(scope="module")
+def help_outputs() -> dict[str, dict]:
+    modules = [_module_name(p) for p in EXPERIMENTS]
     out = subprocess.run(
-        [sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", _HELP_ALL, *modules], capture_output=True, text=True, timeout=600
     )
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "--full" in out.stdout and "--seed" in out.stdout and "--out" in out.stdout
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("path", EXPERIMENTS, ids=_ids(EXPERIMENTS))
+def test_experiment_command_line_help(path: Path, help_outputs: dict[str, dict]) -> None:
+    result = help_outputs[_module_name(path)]
+    # None: the module ran to the end without parsing --help (no `if __name__ == "__main__"` block)
+    assert result["code"] == 0, f"exit {result['code']!r}: {result['stderr']}"
+    stdout = result["stdout"]
+    assert "--full" in stdout and "--seed" in stdout and "--out" in stdout
 
 
 def test_toolkit_is_the_one_figure_path() -> None:
