@@ -7,7 +7,9 @@ Ludziejewski et al., ICML 2025 (arXiv:2502.05172; no official code release was f
 * :mod:`.table` — :func:`budget_table`, the per-expert-count table for a user's budget, also
   ``python -m icml25.llm_efficiency.moe_scaling --flops 1e21 --memory 2e9``;
 * :mod:`.tiny` — a top-k MoE FFN with the Switch load-balancing loss, a tiny decoder and a synthetic
-  topic-bigram corpus for a CPU-scale empirical check.
+  topic-bigram corpus for a CPU-scale empirical check;
+* :mod:`.hf` — :func:`hf_moe_shape` / :class:`MoEShape`: the law's ``N``, ``E``, ``k`` and total parameters
+  counted on a transformers model or config (extra ``[hf]``, imported on first access).
 """
 
 from __future__ import annotations
@@ -29,9 +31,20 @@ __all__ = [
     "JointLawParams",
     "JointMoEScalingLaw",
     "MoEFFN",
+    "MoEShape",
     "TinyDecoder",
     "TopicBigramCorpus",
     "budget_table",
+    "hf_moe_shape",
     "lr_rule",
     "total_params",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # Lazy: the transformers integration needs the optional dependency (extra [hf]).
+    if name in ("hf_moe_shape", "MoEShape"):
+        from icml25.llm_efficiency.moe_scaling import hf
+
+        return getattr(hf, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
