@@ -31,6 +31,8 @@ try:
 except ImportError as err:  # pragma: no cover - exercised only without the extra
     raise ImportError("hf_moe_shape needs transformers: pip install 'icml25-llm-efficiency[hf]'") from err
 
+from icml25.llm_efficiency.moe_scaling.tiny import _pos_int
+
 __all__ = ["MoEShape", "hf_moe_shape"]
 
 # config attributes naming the routed-expert count and the experts per token, across model families
@@ -62,14 +64,13 @@ def _config_int(config: Any, keys: tuple[str, ...], default: int) -> int:
     for key in keys:
         value = getattr(config, key, None)
         if value is not None:
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"config.{key} must be an int >= 1; got {value!r}")
-            return int(value)
+            return _pos_int(value, f"config.{key}")
     return default
 
 
 def _is_expert_parameter(name: str) -> bool:
-    return "experts" in name.split(".")[:-1] and ".shared_expert" not in name
+    # "shared_expert(s)" is its own path component, so shared experts stay dense
+    return "experts" in name.split(".")[:-1]
 
 
 def hf_moe_shape(model_or_config: Any, include_embeddings: bool = False) -> MoEShape:
@@ -102,12 +103,9 @@ def hf_moe_shape(model_or_config: Any, include_embeddings: bool = False) -> MoES
     for module in (model.get_input_embeddings(), model.get_output_embeddings()):
         if module is not None:
             embedding_ids.update(id(p) for p in module.parameters())
-    seen: set[int] = set()
     dense = expert = embedding = 0
-    for name, p in model.named_parameters(remove_duplicate=False):
-        if id(p) in seen:  # tied input/output embeddings are one tensor in memory
-            continue
-        seen.add(id(p))
+    # named_parameters() yields a shared tensor once: tied input/output embeddings count once
+    for name, p in model.named_parameters():
         if id(p) in embedding_ids:
             embedding += p.numel()
         elif _is_expert_parameter(name):
