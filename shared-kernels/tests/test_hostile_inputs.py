@@ -14,8 +14,10 @@ import torch
 from icml25.kernels import hadamard_grid as hg
 from icml25.kernels import quantization as qz
 from icml25.kernels import retention as rt
+from icml25.kernels import selective_scan as ss
 from icml25.kernels import sparse_attention as sa
 from icml25.kernels import testing as kt
+from icml25.kernels import token_merge as tmg
 from icml25.kernels import topk_decode as td
 from icml25.kernels import xor_lag as xl
 from icml25.kernels.rng import global_rng_state, isolated_rng, make_generator
@@ -49,6 +51,18 @@ _RET = {
     "state": _randn(1, 2, 4, 3),
 }
 
+_SS = {
+    "u": _randn(2, 3, 5),
+    "delta": _randn(2, 3, 5),
+    "A": -_randn(3, 4).abs(),
+    "B": _randn(2, 4, 5),
+    "C": _randn(2, 4, 5),
+    "D": _randn(3),
+    "z": _randn(2, 3, 5),
+    "delta_bias": _randn(3),
+    "delta_softplus": True,
+}
+
 CONST_OK = "a constant input is valid: its result is finite and exact"
 EMPTY_OK = "an empty axis gives an empty (exact) result"
 HUGE_OK = "1e30-scaled inputs stay finite and the result is the correct one"
@@ -57,6 +71,13 @@ PROPAGATES = Allow(
 )
 ORACLE = "test oracle / baseline in plain PyTorch, documented as 'arguments not validated'; the public op validates"
 
+_TMX = _randn(2, 8, 4)
+_TMIDX = torch.tensor([[0, 3], [5, 1]])
+_TM_ALLOW = {
+    "constant": "constant tokens are valid: every cosine is 1 and the lowest indices win the ties",
+    "huge": "cosine similarity is scale-invariant (rows are divided by their max |entry| first)",
+    "empty:0": EMPTY_OK,
+}
 _RET_ALLOW = {
     "nan": PROPAGATES,
     "posinf": PROPAGATES,
@@ -205,6 +226,30 @@ REGISTRY: dict[str, list[HostileSpec]] = {
             {"constant": CONST_OK, "empty:0": "zero streams give empty (0, 0, lag_max) count arrays"},
         ),
     ],
+    "selective_scan": [
+        HostileSpec(
+            name,
+            fn,
+            {**_SS, **extra},
+            ("u", "delta", "A", "B", "C", "D", "z", "delta_bias"),
+            {
+                "nan": PROPAGATES,
+                "posinf": PROPAGATES,
+                "neginf": PROPAGATES,
+                "constant": CONST_OK,
+                "empty": "an empty batch, channel, state or sequence axis gives an empty or zero-state result",
+                "huge": Allow(
+                    "documented: exp(Δ·A) and Δ·B·u of 1e30-scaled inputs overflow float32 (values are not "
+                    "inspected on the hot path)",
+                    False,
+                ),
+            },
+        )
+        for name, fn, extra in (
+            ("selective_scan", ss.selective_scan, {"return_last_state": True, **REF}),
+            ("selective_scan_chunked", ss.selective_scan_chunked, {"chunk_size": 2}),
+        )
+    ],
     "hadamard_grid": [
         HostileSpec(
             "fwht",
@@ -286,14 +331,78 @@ REGISTRY: dict[str, list[HostileSpec]] = {
         ),
         HostileSpec("default_chunk_size", rt.default_chunk_size, {"n_agents": 3}, ("n_agents",)),
     ],
+    "token_merge": [
+        HostileSpec(
+            "facility_location_greedy",
+            tmg.facility_location_greedy,
+            {"x": _TMX, "k": 3, **REF},
+            ("x", "k"),
+            _TM_ALLOW,
+        ),
+        HostileSpec(
+            "facility_location_objective",
+            tmg.facility_location_objective,
+            {"x": _TMX, "idx": _TMIDX},
+            ("x", "idx"),
+            {**_TM_ALLOW, "idx:constant": "a repeated index is a valid (smaller) selection"},
+        ),
+        HostileSpec(
+            "tile_soft_merge",
+            tmg.tile_soft_merge,
+            {"x": _TMX, "dst_idx": _TMIDX, "values": _randn(2, 8, 3), "scale": 10.0, **REF},
+            ("x", "dst_idx", "values", "scale"),
+            {
+                **_TM_ALLOW,
+                "dst_idx:constant": "a repeated destination is valid (the two share its members)",
+                "values:huge": "merging is linear in values: a 1e30-scaled one gives a finite, scaled result",
+            },
+        ),
+        HostileSpec(
+            "soft_merge_matrices",
+            tmg.soft_merge_matrices,
+            {"x": _TMX, "dst_idx": _TMIDX, "scale": 10.0, **REF},
+            ("x", "dst_idx", "scale"),
+            {**_TM_ALLOW, "dst_idx:constant": "a repeated destination is valid (the two share its members)"},
+        ),
+        HostileSpec(
+            "soft_unmerge",
+            tmg.soft_unmerge,
+            {"y": _randn(2, 2, 3), "A": torch.softmax(_randn(2, 2, 8), dim=1)},
+            ("y", "A"),
+            {
+                "nan": PROPAGATES,
+                "posinf": PROPAGATES,
+                "neginf": PROPAGATES,
+                "constant": CONST_OK,
+                "huge": "linear in y and A: a 1e30-scaled one gives a finite, scaled result",
+                "empty:0": EMPTY_OK,
+                "empty:2": EMPTY_OK,
+                "A:empty:2": "no tokens to unmerge onto: an empty [G, 0, Cv] result",
+            },
+        ),
+        HostileSpec(
+            "bipartite_soft_matching_2d",
+            lambda metric, h, w, r: tmg.bipartite_soft_matching_2d(metric, h, w, r, no_rand=True)[0](metric),
+            {"metric": _randn(2, 16, 4), "h": 4, "w": 4, "r": 5},
+            ("metric", "h", "w", "r"),
+            {
+                "metric:constant": "constant tokens are valid: every similarity ties and argsort breaks the ties",
+                "metric:empty:0": EMPTY_OK,
+                "metric:huge": "cosine similarity is scale-invariant (overflow-safe normalisation)",
+            },
+            covers=("bipartite_soft_matching_2d",),
+        ),
+    ],
 }
 MODULES = {
     "quantization": qz,
     "retention": rt,
+    "selective_scan": ss,
     "sparse_attention": sa,
     "topk_decode": td,
     "xor_lag": xl,
     "hadamard_grid": hg,
+    "token_merge": tmg,
 }
 EXCLUDED = {
     "quantization": {},
@@ -309,6 +418,17 @@ EXCLUDED = {
     },
     "xor_lag": {"xor_lag_counts_reference": ORACLE, "xor_lag_counts_bruteforce": ORACLE},
     "hadamard_grid": {},
+    "token_merge": {
+        "bipartite_soft_matching_2d_reference": ORACLE,
+        "facility_location_bruteforce": "brute-force test oracle (tiny n only), arguments not validated",
+        "facility_location_greedy_reference": ORACLE,
+        "facility_location_objective_reference": ORACLE,
+        "tile_soft_merge_reference": ORACLE,
+    },
+    "selective_scan": {
+        "selective_scan_reference": ORACLE,
+        "selective_scan_chunked_reference": ORACLE,
+    },
     "retention": {
         "retention_chunkwise_reference": ORACLE,
         "retention_parallel_reference": ORACLE,

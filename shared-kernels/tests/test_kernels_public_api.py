@@ -18,3 +18,15 @@ def test_retention_family_exports_resolve() -> None:
     import icml25.kernels.retention as family
 
     assert [name for name in family.__all__ if not hasattr(family, name)] == []
+
+
+def test_selective_scan_family_exports_resolve() -> None:
+    import icml25.kernels.selective_scan as family
+
+    assert [name for name in family.__all__ if not hasattr(family, name)] == []
+
+
+def test_token_merge_family_exports_resolve() -> None:
+    import icml25.kernels.token_merge as family
+
+    assert [name for name in family.__all__ if not hasattr(family, name)] == []

@@ -613,6 +613,231 @@ def _p20_specs() -> list[HostileSpec]:
 SPECS += _p20_specs()
 
 
+def _p29_specs() -> list[HostileSpec]:
+    """P29 GraphGPT: graphs in (networkx: no array variants; §8's bad graphs have their own tests in
+    test_graphgpt.py), token-id tensors and scalars corrupted here."""
+    import networkx as nx
+
+    cfg = gm.SerializeConfig(node_scope=16)
+    tok = gm.GraphTokenizer(cfg)
+    gs = [nx.cycle_graph(4), nx.path_graph(5)]
+    ids, _ = tok.batch(gs, seed=0)
+    ids_ok = "constant token ids are a valid (if degenerate) sequence"
+
+    def model(causal: bool = False) -> gm.GraphGPTModel:
+        return gm.GraphGPTModel(len(tok), 16, 1, 2, causal=causal, seed=0)
+
+    def _fitted():
+        clf = gm.GraphGPTClassifier(cfg, hidden=16, layers=1, heads=2, epochs=1, lr=1e-3)
+        clf.fit(gs, [0, 1])
+        return (lambda y: clf.fit(gs, y).classes_), {"y": np.array([0, 1])}, clf.model_
+
+    return [
+        HostileSpec("SerializeConfig", gm.SerializeConfig, {"node_scope": 16}, ("node_scope",)),
+        HostileSpec("graph_to_sequence", lambda: gm.graph_to_sequence(gs[0], cfg, seed=0), {}, ()),
+        HostileSpec(
+            "sequence_to_graph",
+            lambda: gm.sequence_to_graph(gm.graph_to_sequence(gs[1], cfg, seed=0), cfg).number_of_edges(),
+            {},
+            (),
+        ),
+        HostileSpec(
+            "ego_subgraph",
+            lambda radius: gm.ego_subgraph(gs[1], 2, radius=radius).number_of_nodes(),
+            {"radius": 1},
+            ("radius",),
+        ),
+        HostileSpec(
+            "GraphTokenizer",
+            lambda ids: tok.decode(ids).number_of_nodes(),
+            {"ids": ids[0]},
+            ("ids",),
+            kinds=("empty", "dtype", "extra_dim"),
+        ),
+        HostileSpec(
+            "smtp_mask",
+            lambda ids, power: gm.smtp_mask(ids, tok.mask_id, power=power, seed=0),
+            {"ids": ids, "power": 1.0},
+            ("ids", "power"),
+            allow={"ids:constant": ids_ok},
+        ),
+        HostileSpec(
+            "GraphGPTModel",
+            lambda ids: model()(ids, torch.ones_like(ids, dtype=torch.bool)),
+            {"ids": ids},
+            ("ids",),
+            allow={"constant": ids_ok},
+        ),
+        HostileSpec(
+            "smtp_loss",
+            lambda ids: gm.smtp_loss(
+                model(), ids, torch.ones_like(ids, dtype=torch.bool), tok.mask_id, seed=0
+            ),
+            {"ids": ids},
+            ("ids",),
+            allow={"constant": ids_ok},
+            global_rng="none: the generator is seeded",
+        ),
+        HostileSpec(
+            "ntp_loss",
+            lambda ids: gm.ntp_loss(model(True), ids, torch.ones_like(ids, dtype=torch.bool)),
+            {"ids": ids},
+            ("ids",),
+            allow={"constant": ids_ok},
+            kinds=("empty", "dtype", "extra_dim", "missing_dim", "constant"),
+        ),
+        HostileSpec(
+            "pretrain",
+            lambda lr: gm.pretrain(model(), tok, gs, 2, batch_size=2, lr=lr, seed=0),
+            {"lr": 1e-3},
+            ("lr",),
+        ),
+        HostileSpec(
+            "GraphGPTClassifier.fit",
+            setup=_fitted,
+            arrays=("y",),
+            allow={"dtype": "labels may be any hashable values: string classes are valid"},
+            covers=("GraphGPTClassifier",),
+        ),
+    ]
+
+
+SPECS += _p29_specs()
+
+
+def _p26_specs() -> list[HostileSpec]:
+    """P26 ToMA: tiling, selection, merge plans, the ToMeSD baseline and the diffusers patch."""
+    from icml25.kernels.testing import Allow
+
+    g = torch.Generator().manual_seed(26)
+    x = torch.randn(2, 16, 4, generator=g)
+    tiles = torch.randn(2, 4, 4, 4, generator=g)
+    idx = torch.tensor([[0, 3], [5, 1]])
+    prop = Allow("documented: merging/tiling is linear and propagates NaN/Inf (no host sync)", False)
+    CONST, EMPTY = CONST_OK, "an empty batch gives an empty (exact) result"
+    linear = {"nan": prop, "posinf": prop, "neginf": prop, "constant": CONST, "huge": CONST}
+    ok = {
+        "constant": "constant tokens are valid: every cosine is 1 and the lowest indices win the ties",
+        "huge": "cosine similarity is scale-invariant; the merge is linear (finite, scaled result)",
+    }
+
+    def _plan_merge():
+        plan = gm.toma_fns(x, ratio=0.5, num_tiles=4)
+        return plan.merge, {"x": x}, None
+
+    def _plan_unmerge():
+        plan = gm.toma_fns(x, ratio=0.5, num_tiles=4)
+        return plan.unmerge, {"y": torch.randn(2, 8, 3, generator=g)}, None
+
+    def _patch():
+        pytest.importorskip("diffusers")
+        from diffusers.models.attention import BasicTransformerBlock
+
+        from icml25.kernels.rng import isolated_rng
+
+        with isolated_rng(0):
+            block = BasicTransformerBlock(8, 2, 4)
+
+        def fn(ratio, num_tiles, attention_scale, recompute_every):
+            return gm.apply_toma(block, ratio, num_tiles, attention_scale, recompute_every)
+
+        return fn, {"ratio": 0.5, "num_tiles": 4, "attention_scale": 1000.0, "recompute_every": 3}, None
+
+    def _unpatch():
+        pytest.importorskip("diffusers")
+        from diffusers.models.attention import BasicTransformerBlock
+
+        from icml25.kernels.rng import isolated_rng
+
+        with isolated_rng(0):
+            block = BasicTransformerBlock(8, 2, 4)
+        gm.apply_toma(block)
+        return (lambda model_or_pipe: gm.remove_toma(model_or_pipe) and None), {"model_or_pipe": block}, None
+
+    return [
+        HostileSpec(
+            "tile_tokens",
+            gm.tile_tokens,
+            {"x": x, "hw": (4, 4), "num_tiles": 4},
+            ("x", "num_tiles"),
+            {
+                "nan": prop,
+                "posinf": prop,
+                "neginf": prop,
+                "constant": CONST,
+                "huge": CONST,
+                "x:empty:0": EMPTY,
+            },
+        ),
+        HostileSpec(
+            "untile_tokens",
+            gm.untile_tokens,
+            {"x_tiles": tiles, "perm": gm.tile_tokens(x, None, 4)[1]},
+            ("x_tiles", "perm"),
+            {
+                "nan": prop,
+                "posinf": prop,
+                "neginf": prop,
+                "x_tiles:constant": CONST,
+                "huge": CONST,
+                "x_tiles:dtype": "integer tokens untile like any other (a permutation)",
+                "x_tiles:empty:0": EMPTY,
+                "x_tiles:empty:3": EMPTY,
+            },
+        ),
+        HostileSpec(
+            "facility_location_select",
+            gm.facility_location_select,
+            {"x": x, "k": 3},
+            ("x", "k"),
+            {**ok, "x:empty:0": EMPTY},
+        ),
+        HostileSpec(
+            "toma_merge_matrices",
+            gm.toma_merge_matrices,
+            {"x": x, "dst_idx": idx, "scale": 10.0},
+            ("x", "dst_idx", "scale"),
+            {
+                **ok,
+                "x:empty:0": EMPTY,
+                "dst_idx:constant": "a repeated destination is valid (shared members)",
+            },
+        ),
+        HostileSpec(
+            "toma_fns",
+            lambda x, ratio, num_tiles, scale: (
+                gm.toma_fns(x, ratio=ratio, num_tiles=num_tiles, scale=scale).A
+            ),
+            {"x": x, "ratio": 0.5, "num_tiles": 4, "scale": 1000.0},
+            ("x", "ratio", "num_tiles", "scale"),
+            {**ok, "x:empty:0": EMPTY},
+            covers=("toma_fns",),
+        ),
+        HostileSpec("ToMAPlan.merge", setup=_plan_merge, arrays=("x",), allow=linear, covers=("ToMAPlan",)),
+        HostileSpec(
+            "ToMAPlan.unmerge", setup=_plan_unmerge, arrays=("y",), allow=linear, covers=("ToMAPlan",)
+        ),
+        HostileSpec(
+            "tomesd_fns",
+            lambda x, ratio: gm.tomesd_fns(x, ratio=ratio, seed=0)[0](x),
+            {"x": x, "ratio": 0.5},
+            ("x", "ratio"),
+            {"x:constant": ok["constant"], "x:huge": ok["huge"], "x:empty:0": EMPTY},
+            covers=("tomesd_fns",),
+        ),
+        HostileSpec(
+            "ToMAState", gm.ToMAState, {"recompute_every": 3, "merge_steps": [0, 1]}, ("recompute_every",)
+        ),
+        HostileSpec(
+            "apply_toma", setup=_patch, arrays=("ratio", "num_tiles", "attention_scale", "recompute_every")
+        ),
+        HostileSpec("remove_toma", setup=_unpatch, arrays=()),
+    ]
+
+
+SPECS += _p26_specs()
+
+
 EXCLUDED = {
     "RolloutResult": "a result container built by thermalized_rollout, not a user entry point",
     "TrainResult": "a result container returned by train_flow, not a user entry point",

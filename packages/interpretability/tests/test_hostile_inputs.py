@@ -538,6 +538,216 @@ SPECS += [
         "tiny_llama", lambda: ip.tiny_llama(vocab_size=32, n_layers=1, n_heads=2, d_model=16), {}, ()
     ),
 ]
+# P42 GridToM: per-head probes and ITI steering
+_P42_RNG = np.random.default_rng(0)
+_P42_X = _P42_RNG.standard_normal((40, 2, 4, 8))
+_P42_Y = np.arange(40) % 2
+_P42_X[:, 1, 2, 0] += 2 * _P42_Y
+_P42_IDS = ip.question_prompts(ip.generate_gridtom_lite(2, seed=0))["ids"]
+
+
+def _p42_model() -> ip.TinyICLTransformer:
+    return ip.TinyICLTransformer(len(ip.GRIDTOM_VOCAB), 2, 4, 32, 32, seed=0).eval()
+
+
+def _p42_steered(directions):
+    model = _p42_model()
+    ivs = ip.build_interventions(_P42_X, [(0, 1), (1, 2)], directions)
+    with torch.no_grad(), ip.steer(model, ivs, 2.0):
+        return model(input_ids=_P42_IDS).logits
+
+
+def _p42_sweep(X):
+    model = _p42_model()
+    probe = ip.probe_heads(_P42_X, _P42_Y)
+    return ip.sweep_alpha_k(model, lambda m: {"n": 1.0}, X, probe, [1], [0.0, 1.0])
+
+
+P42_CONST = "constant activations are valid: the probe is at chance, the result finite"
+SPECS += [
+    HostileSpec(
+        "probe_heads",
+        lambda X, y: ip.probe_heads(X, y),
+        {"X": _P42_X, "y": _P42_Y},
+        ("X", "y"),
+        allow={"X:constant": P42_CONST, "y:dtype": "string class labels are valid (scikit-learn classes)"},
+        covers=("probe_heads", "HeadProbeResult"),
+    ),
+    HostileSpec(
+        "build_interventions",
+        lambda X, directions: ip.build_interventions(X, [(0, 1), (1, 2)], directions),
+        {"X": _P42_X, "directions": _P42_RNG.standard_normal((2, 4, 8))},
+        ("X", "directions"),
+        allow={
+            "X:constant": "sigma of constant activations is 0: a valid (null) shift",
+            "directions:constant": "a constant non-zero vector is a valid direction",
+            "directions:huge": "directions are normalised",
+        },
+        covers=("build_interventions", "HeadIntervention"),
+    ),
+    HostileSpec(
+        "steer",
+        _p42_steered,
+        {"directions": _P42_RNG.standard_normal((2, 4, 8))},
+        ("directions",),
+        allow={
+            "constant": "a constant non-zero vector is a valid direction",
+            "huge": "directions are normalised",
+        },
+    ),
+    HostileSpec(
+        "sweep_alpha_k",
+        _p42_sweep,
+        {"X": _P42_X},
+        ("X",),
+        allow={"constant": P42_CONST},
+    ),
+    HostileSpec(
+        "top_k_heads",
+        lambda score: ip.top_k_heads(score, 2),
+        {"score": _P42_RNG.random((2, 4))},
+        ("score",),
+        allow={"constant": "ties are broken by head order", "huge": "only the ranking matters"},
+    ),
+    HostileSpec(
+        "collect_head_activations",
+        lambda inputs: ip.collect_head_activations(_p42_model(), inputs),
+        {"inputs": _P42_IDS},
+        ("inputs",),
+        allow={"constant": "a constant token sequence has finite activations"},
+    ),
+    HostileSpec(
+        "last_token_logits",
+        lambda ids: ip.last_token_logits(_p42_model(), ids),
+        {"ids": _P42_IDS},
+        ("ids",),
+        allow={"constant": "a constant token sequence has finite logits"},
+    ),
+    HostileSpec("random_directions", ip.random_directions, {"shape": (2, 4, 8), "seed": 0}, ()),
+    HostileSpec(
+        "generate_gridtom_lite",
+        ip.generate_gridtom_lite,
+        {"n_pairs": 3, "seed": 0},
+        (),
+        covers=("generate_gridtom_lite", "GridToMEpisode"),
+    ),
+    HostileSpec("statement_prompts", lambda: ip.statement_prompts(ip.generate_gridtom_lite(2)), {}, ()),
+    HostileSpec(
+        "question_prompts", lambda: ip.question_prompts(ip.generate_gridtom_lite(2), "world"), {}, ()
+    ),
+    HostileSpec(
+        "render_tokens",
+        ip.render_tokens,
+        {"ids": _P42_IDS[0]},
+        ("ids",),
+        allow={"constant": "token 0 repeated renders", "empty:0": "no tokens render as ''"},
+    ),
+    HostileSpec(
+        "gridtom_training_batch",
+        lambda: ip.gridtom_training_batch(8, torch.Generator().manual_seed(0)),
+        {},
+        (),
+    ),
+    HostileSpec(
+        "train_gridtom_lm",
+        lambda: ip.train_gridtom_lm(_p42_model(), steps=2, batch=4, seed=0),
+        {},
+        (),
+    ),
+    HostileSpec("gridtom_gpt2", lambda: ip.gridtom_gpt2(n_layers=1, n_heads=2, d_model=16), {}, ()),
+]
+# ------------------------------------------------------------------------------------------ P44
+_P44_ROLES = torch.tensor([[0, 0, 0, 1, 1, 2, 2], [0, 0, 1, 1, 1, 1, 2]])
+_P44_TASK = ip.RoleTask(answer="op")
+
+
+def _p44_model() -> torch.nn.Module:
+    return ip.pft_llama(25, hidden_size=16, n_layers=1, n_heads=2, max_position_embeddings=256).eval()
+
+
+def _p44_prompt():
+    b = _P44_TASK.batch(2, 8, seed=0)
+    return b["input_ids"][:, :9], b["position_ids"][:, :9]
+
+
+P44_ROLES_OK = {
+    "missing_dim": "role_ids [L]: one row",
+    "constant": "all-system roles: nothing to shift (valid)",
+}
+SPECS += [
+    HostileSpec(
+        "pft_position_ids",
+        lambda role_ids, gap: ip.pft_position_ids(role_ids, gap),
+        {"role_ids": _P44_ROLES, "gap": 4},
+        ("role_ids", "gap"),
+        allow=P44_ROLES_OK,
+        covers=("pft_position_ids", "SYSTEM", "USER", "ASSISTANT"),
+    ),
+    HostileSpec("role_spans", ip.role_spans, {"role_ids": _P44_ROLES}, ("role_ids",), allow=P44_ROLES_OK),
+    HostileSpec(
+        "check_position_range",
+        lambda position_ids: ip.check_position_range(_p44_model(), position_ids),
+        {"position_ids": ip.pft_position_ids(_P44_ROLES, 4)},
+        ("position_ids",),
+        allow={
+            "missing_dim": "any shape of ids is checked",
+            "extra_dim": "any shape of ids is checked",
+            "constant": "constant ids are in range",
+            "empty:0": "no ids: nothing out of range",
+            "empty:1": "no ids: nothing out of range",
+        },
+    ),
+    HostileSpec(
+        "PFTCollator",
+        lambda gap: ip.PFTCollator(gap=gap, pad_token_id=0)(_P44_TASK.sample(2, seed=0)),
+        {"gap": 3},
+        ("gap",),
+    ),
+    HostileSpec(
+        "pft_generate",
+        lambda input_ids, position_ids: ip.pft_generate(_p44_model(), input_ids, position_ids, 2),
+        {"input_ids": _p44_prompt()[0], "position_ids": _p44_prompt()[1]},
+        ("input_ids", "position_ids"),
+        allow={"constant": "constant tokens / ids are a valid (odd) prompt"},
+        covers=("pft_generate", "PFTGeneration", "pft_llama"),
+    ),
+    HostileSpec(
+        "hf_generate",
+        lambda input_ids: ip.hf_generate(
+            _p44_model(), input_ids, max_new_tokens=1, do_sample=False, pad_token_id=0
+        ),
+        {"input_ids": _p44_prompt()[0]},
+        ("input_ids",),
+        allow={"constant": "constant tokens are a valid prompt"},
+    ),
+    HostileSpec(
+        "RoleTask",
+        lambda n: ip.RoleTask(answer="op", delimiters=False).batch(n, 4, seed=0),
+        {"n": 3},
+        ("n",),
+        covers=("RoleTask", "ROLES"),
+    ),
+    HostileSpec(
+        "train_role_model",
+        lambda gap, lr: ip.train_role_model(_p44_model(), _P44_TASK, gap, steps=2, batch_size=4, lr=lr),
+        {"gap": 4, "lr": 1e-3},
+        ("gap", "lr"),
+        global_rng="constructing the model re-initialises weights inside isolated_rng; batches use seed=",
+    ),
+    HostileSpec(
+        "shortcut_suite",
+        lambda n: ip.shortcut_suite(_p44_model(), _P44_TASK, 4, n=n, splits=("id", "proximity")),
+        {"n": 8},
+        ("n",),
+        covers=("shortcut_suite", "answer_accuracy"),
+    ),
+    HostileSpec(
+        "role_probe",
+        lambda layer: ip.role_probe(_p44_model(), _P44_TASK.batch(8, 4, seed=0), layer),
+        {"layer": 1},
+        ("layer",),
+    ),
+]
 EXCLUDED = {
     "from_saelens": "loads a SAELens state dict + cfg; the dict's tensors are checked by its own tests "
     "(an estimator constructor, not array math)"

@@ -14,7 +14,7 @@ import torch
 import icml25.llm_efficiency as le
 from icml25.kernels import testing as kt
 from icml25.kernels.rng import isolated_rng
-from icml25.kernels.testing import HostileSpec
+from icml25.kernels.testing import Allow, HostileSpec
 
 _g = torch.Generator().manual_seed(0)
 _QKV = {n: torch.randn(1, 2, 32, 16, generator=_g) for n in ("q", "k", "v")}
@@ -351,7 +351,169 @@ SPECS += [
         },
     ),
 ]
+_SLWS_X = torch.randn(2, 5, 4, generator=_g)
+_SLWS_LAYER = torch.nn.Linear(4, 4)  # token-wise; an empty feature axis is the layer's error, not SLWS's
+_SLWS_OK = {
+    "constant": "a constant sequence is valid: a permutation of equal tokens",
+    "huge": "a token-wise linear layer on 1e30-scaled tokens stays finite in float32",
+    "x:empty:0": "an empty batch: the layer runs on the empty batch",
+    "x:empty:1": "no tokens: nothing to permute, the layer runs unchanged (with a warning)",
+    "nan": Allow("documented: values are not inspected; a NaN token is permuted and restored", False),
+    "posinf": Allow("documented: values are not inspected; an Inf token is permuted and restored", False),
+    "neginf": Allow("documented: values are not inspected; an Inf token is permuted and restored", False),
+}
+_GEN_NOTE = "generator=None draws from torch's global generator, like dropout (PyTorch convention)"
+SPECS += [
+    HostileSpec(
+        "linear_shuffle_schedule",
+        le.linear_shuffle_schedule,
+        {"depth": 6, "max_rate": 0.5},
+        ("depth", "max_rate"),
+    ),
+    HostileSpec(
+        "constant_shuffle_schedule",
+        le.constant_shuffle_schedule,
+        {"depth": 6, "max_rate": 0.5},
+        ("depth", "max_rate"),
+    ),
+    HostileSpec(
+        "shuffle_forward",
+        lambda x, prob: le.shuffle_forward(
+            _SLWS_LAYER, x, prob=prob, training=True, generator=torch.Generator().manual_seed(0)
+        ),
+        {"x": _SLWS_X, "prob": 1.0},
+        ("x", "prob"),
+        _SLWS_OK,
+    ),
+    HostileSpec(
+        "ShuffledLayer",
+        lambda x: le.ShuffledLayer(_SLWS_LAYER, 1.0, generator=torch.Generator().manual_seed(0)).train()(x),
+        {"x": _SLWS_X},
+        ("x",),
+        _SLWS_OK,
+    ),
+    HostileSpec(
+        "StochasticLayerShuffle",
+        lambda max_rate: le.StochasticLayerShuffle([torch.nn.Identity(), torch.nn.Identity()], max_rate),
+        {"max_rate": 0.5},
+        ("max_rate",),
+    ),
+    HostileSpec(
+        "apply_slws",
+        lambda max_rate: le.apply_slws(
+            le.VimTiny(d_model=8, depth=2, d_state=2, drop_path=0.0, seed=0), "layers", max_rate
+        ),
+        {"max_rate": 0.5},
+        ("max_rate",),
+    ),
+    HostileSpec(
+        "VimTiny",
+        lambda images: le.VimTiny(d_model=8, depth=2, d_state=2, drop_path=0.0, seed=0).eval()(images),
+        {"images": torch.rand(2, 1, 8, 8, generator=_g)},
+        ("images",),
+        {
+            "constant": "a constant image is valid: finite logits",
+            "huge": "RMSNorm after the patch embedding keeps 1e30-scaled images finite",
+            "nan": Allow("documented: pixel values are not inspected; NaN propagates to the logits", False),
+            "posinf": Allow(
+                "documented: pixel values are not inspected; Inf propagates to the logits", False
+            ),
+            "neginf": Allow(
+                "documented: pixel values are not inspected; Inf propagates to the logits", False
+            ),
+        },
+    ),
+]
+# P11 PENCIL ---------------------------------------------------------------------------------------------
+_PT = le.PencilTokens(3, 4, 5)
+_P_IDS = torch.tensor([9, 1, 3, 7, 4, 8, 5, 6, 2])  # prompt, EOP (1), [CALL] 7 [SEP] 8 [RETURN], 6, EOS (2)
+_P_OK = {
+    "constant": "a sequence of one repeated word has no marker: returned unchanged",
+    "ids:empty:0": "an empty sequence has no [RETURN]: returned unchanged",
+    "extra_dim": "never valid",
+}
+with isolated_rng(0):
+    _P_LM = torch.nn.Sequential(torch.nn.Embedding(10, 8), torch.nn.Linear(8, 10))
+SPECS += [
+    HostileSpec(
+        "reduce_once",
+        lambda ids: le.reduce_once(ids, _PT),
+        {"ids": _P_IDS},
+        ("ids",),
+        {k: v for k, v in _P_OK.items() if k != "extra_dim"},
+        covers=("reduce_once", "PencilTokens", "PencilReductionError"),
+    ),
+    HostileSpec(
+        "reduce_full",
+        lambda ids: le.reduce_full(ids, _PT),
+        {"ids": _P_IDS},
+        ("ids",),
+        {k: v for k, v in _P_OK.items() if k != "extra_dim"},
+    ),
+    HostileSpec(
+        "context_profile",
+        lambda trace_ids: le.context_profile(trace_ids, _PT),
+        {"trace_ids": _P_IDS},
+        ("trace_ids",),
+        {
+            "constant": "a sequence without markers: the profile is 1, 2, ..., T",
+            "trace_ids:empty:0": "an empty sequence: an empty profile",
+        },
+    ),
+    HostileSpec(
+        "extract_subsequences",
+        lambda trace_ids, prompt_end_id: le.extract_subsequences(trace_ids, _PT, prompt_end_id),
+        {"trace_ids": _P_IDS, "prompt_end_id": 1},
+        ("trace_ids", "prompt_end_id"),
+    ),
+    HostileSpec(
+        "PencilCollator",
+        lambda ids: le.PencilCollator(pad_id=0)([{"ids": ids, "loss_start": 2}]),
+        {"ids": _P_IDS},
+        ("ids",),
+        {"constant": "a constant example is valid: padded and labelled like any other"},
+    ),
+    HostileSpec(
+        "pencil_generate",
+        lambda prompt_ids, temperature: le.pencil_generate(
+            _P_LM, prompt_ids, _PT, eos_id=2, max_new_tokens=4, temperature=temperature, seed=0
+        ),
+        {"prompt_ids": torch.tensor([9, 1]), "temperature": 0.8},
+        ("prompt_ids", "temperature"),
+        {
+            "constant": "a prompt repeating one token is valid",
+            "prompt_ids:extra_dim": "a (T, 1) tensor is a batch of T one-token prompts (documented)",
+        },
+        covers=("pencil_generate", "GenerateOutput"),
+    ),
+    HostileSpec(
+        "generate_sat",
+        lambda clause_ratio: le.generate_sat(2, 3, 4, clause_ratio=clause_ratio, seed=0),
+        {"clause_ratio": 4.3},
+        ("clause_ratio",),
+    ),
+    HostileSpec(
+        "generate_qbf",
+        lambda clause_ratio: le.generate_qbf(2, 2, 3, clause_ratio=clause_ratio, seed=0),
+        {"clause_ratio": 2.0},
+        ("clause_ratio",),
+    ),
+    HostileSpec("generate_seqsum", lambda k: le.generate_seqsum(2, k=k, seed=0), {"k": 3}, ("k",)),
+    HostileSpec(
+        "PencilVocab",
+        lambda words: le.PencilVocab(words).encode(words),
+        {"words": np.array(["a", "b"])},
+        ("words",),
+        {
+            "constant": "a repeated word is added once and encoded each time",
+            "empty:0": "no words: the encoding is <|endofprompt|> alone",
+            "dtype": "the variant of a string array is the same strings",
+        },
+    ),
+]
 EXCLUDED = {
+    "BiMambaMixer": "an nn.Module of the VimTiny backbone (exercised through VimTiny); validates its config",
+    "VimBlock": "an nn.Module of the VimTiny backbone (exercised through VimTiny)",
     "add_mask_token": "edits a transformers tokenizer and resizes a model (extra [hf]); no array input",
     "meap_attention_stats": "runs an HF model with output_attentions (extra [hf]); checked in test_meap.py",
     "Chunk": "a result container (text, start offset)",

@@ -70,7 +70,9 @@ class HeadActivationSite:
     """The per-layer attention output projections of ``model`` and its head geometry.
 
     ``modules[l]`` is layer ``l``'s output projection; its input ``[B, T, H * d_head]`` is split into
-    ``[B, T, H, d_head]`` by :meth:`hook`. Raises ``NotImplementedError`` for an unsupported architecture.
+    ``[B, T, H, d_head]`` by :meth:`hook`. ``attention_modules[l]`` is the attention block that owns it
+    (``self_attn`` / ``attn`` / ``attention``). Raises ``NotImplementedError`` for an unsupported
+    architecture.
     """
 
     def __init__(self, model: nn.Module) -> None:
@@ -97,6 +99,9 @@ class HeadActivationSite:
             )
         self.model, self.family = model, family
         self.modules: list[nn.Module] = [_get_path(layer, attr) for layer in layers]
+        # the attention block that owns each output projection (its forward output is the post-W_O
+        # attention output; P42 steers it as the official GridToM code does)
+        self.attention_modules: list[nn.Module] = [_get_path(layer, attr[:-1]) for layer in layers]
         self.n_layers = len(self.modules)
         n_heads = getattr(cfg, "num_attention_heads", None) or getattr(cfg, "n_head", None)
         if not n_heads:
