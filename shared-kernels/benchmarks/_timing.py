@@ -6,6 +6,7 @@ synchronised around each call, so a time covers the kernels and not only their l
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -25,3 +26,10 @@ def call_times(fn: Callable[[], Any], reps: int, *, cuda: bool) -> tuple[list[fl
         sync()
         times.append(time.perf_counter() - t0)
     return times, out
+
+
+def median_time(fn: Callable[[], Any], reps: int) -> tuple[float, Any]:
+    """Median seconds per call of ``fn`` over ``reps`` calls after the warm-up call, synchronising CUDA when
+    it is available, and the last call's result."""
+    times, out = call_times(fn, reps, cuda=torch.cuda.is_available())
+    return statistics.median(times), out

@@ -15,19 +15,12 @@ Run: ``python shared-kernels/benchmarks/bench_retention.py [--quick]``.
 from __future__ import annotations
 
 import argparse
-import statistics
 
 import torch
-from _timing import call_times
+from _timing import median_time
 
 from icml25.kernels import triton_available
 from icml25.kernels.retention import default_kappas, retention, retention_parallel
-
-
-def _time(fn, reps: int) -> tuple[float, object]:
-    """Median seconds per call over ``reps`` calls after one warm-up call (which compiles Triton)."""
-    times, out = call_times(fn, reps, cuda=torch.cuda.is_available())
-    return statistics.median(times), out
 
 
 def main() -> None:
@@ -56,13 +49,13 @@ def main() -> None:
             q, k, v = (torch.randn(B, H, N, D, generator=g).to(device) / D**0.5 for _ in range(3))
             dones = (torch.rand(B, N // A, generator=g) < 0.02).to(device)
             kw = {"n_agents": A, "dones": dones, "causal_agents": causal}
-            t_par, (ref, _) = _time(
+            t_par, (ref, _) = median_time(
                 lambda q=q, k=k, v=v, kw=kw: retention_parallel(q, k, v, kappa, **kw), reps
             )
             cols = []
             for b in backends:
                 chunk = 64 // A
-                t, (out, _) = _time(
+                t, (out, _) = median_time(
                     lambda q=q, k=k, v=v, kw=kw, b=b, chunk=chunk: retention(
                         q, k, v, kappa, chunk_size=chunk, backend=b, **kw
                     ),

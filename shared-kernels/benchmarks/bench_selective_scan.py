@@ -14,19 +14,12 @@ One CPU thread. Run: ``python shared-kernels/benchmarks/bench_selective_scan.py 
 from __future__ import annotations
 
 import argparse
-import statistics
 
 import torch
-from _timing import call_times
+from _timing import median_time
 
 from icml25.kernels import triton_available
 from icml25.kernels.selective_scan import selective_scan, selective_scan_chunked
-
-
-def _time(fn, reps: int) -> tuple[float, object]:
-    """Median seconds per call over ``reps`` calls after one warm-up call (which compiles Triton)."""
-    times, out = call_times(fn, reps, cuda=torch.cuda.is_available())
-    return statistics.median(times), out
 
 
 def _inputs(Bs: int, D: int, L: int, N: int, device: str, g: torch.Generator) -> list[torch.Tensor]:
@@ -42,11 +35,17 @@ def _bench_length(
     """One table row: the times and errors at sequence length ``L``."""
     u, delta, A, B, C, Dskip, z = _inputs(Bs, D, L, N, device, g)
     kw = {"delta_softplus": True}
-    t_seq, ref = _time(lambda: selective_scan(u, delta, A, B, C, Dskip, z, backend="reference", **kw), reps)
-    t_ch, out = _time(lambda: selective_scan_chunked(u, delta, A, B, C, Dskip, z, chunk_size=16, **kw), reps)
+    t_seq, ref = median_time(
+        lambda: selective_scan(u, delta, A, B, C, Dskip, z, backend="reference", **kw), reps
+    )
+    t_ch, out = median_time(
+        lambda: selective_scan_chunked(u, delta, A, B, C, Dskip, z, chunk_size=16, **kw), reps
+    )
     row = f"{L:>6} | {t_seq * 1e3:13.2f} | {t_ch * 1e3:10.2f} {t_seq / t_ch:6.2f} {(out - ref).abs().max().item():8.1e}"
     if use_triton:
-        t_tr, out = _time(lambda: selective_scan(u, delta, A, B, C, Dskip, z, backend="triton", **kw), reps)
+        t_tr, out = median_time(
+            lambda: selective_scan(u, delta, A, B, C, Dskip, z, backend="triton", **kw), reps
+        )
         row += f" | {t_tr * 1e3:9.3f} {t_seq / t_tr:6.1f} {(out - ref).abs().max().item():8.1e}"
         leaves = [t.clone().requires_grad_() for t in (u, delta, A, B, C)]
 
@@ -54,8 +53,8 @@ def _bench_length(
             y = selective_scan(*leaves, Dskip, z, backend=backend, **kw)
             torch.autograd.grad(y.sum(), leaves)
 
-        t_sb, _ = _time(lambda: fwd_bwd("reference"), reps)
-        t_tb, _ = _time(lambda: fwd_bwd("triton"), reps)
+        t_sb, _ = median_time(lambda: fwd_bwd("reference"), reps)
+        t_tb, _ = median_time(lambda: fwd_bwd("triton"), reps)
         row += f" | {t_sb * 1e3:14.2f} {t_tb * 1e3:8.3f} {t_sb / t_tb:6.1f}"
     return row
 

@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import argparse
 import math
-import statistics
 
 import torch
-from _timing import call_times
+from _timing import median_time
 
 from icml25.kernels import triton_available
 from icml25.kernels.token_merge import (
@@ -28,12 +27,6 @@ from icml25.kernels.token_merge import (
     soft_unmerge,
     tile_soft_merge,
 )
-
-
-def _time(fn, reps: int) -> tuple[float, object]:
-    """Median seconds per call over ``reps`` calls after one warm-up call (which compiles Triton)."""
-    times, out = call_times(fn, reps, cuda=torch.cuda.is_available())
-    return statistics.median(times), out
 
 
 def toma_round_trip(
@@ -80,10 +73,12 @@ def main() -> None:
                 merge, unmerge = bipartite_soft_matching_2d(x, side, side, int(N * r), check_finite=False)
                 return unmerge(merge(x))
 
-            t_tome, _ = _time(tomesd, reps)
+            t_tome, _ = median_time(tomesd, reps)
             cols, outs, times = [], {}, {}
             for b in backends:
-                t, out = _time(lambda x=x, side=side, r=r, b=b: toma_round_trip(x, side, tps, r, b), reps)
+                t, out = median_time(
+                    lambda x=x, side=side, r=r, b=b: toma_round_trip(x, side, tps, r, b), reps
+                )
                 outs[b], times[b] = out, t
                 cols.append(f"{t * 1e3:13.3f} {t_tome / t:8.2f}")
             tail = ""

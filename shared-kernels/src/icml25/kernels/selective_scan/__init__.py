@@ -21,13 +21,13 @@ grow like ``exp(Δ·A·L)`` and may overflow.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from icml25.kernels._dispatch import select_backend
 from icml25.kernels.selective_scan.reference import (
     effective_delta,
     selective_scan_chunked_reference,
     selective_scan_reference,
+    skip_and_gate,
 )
 
 __all__ = [
@@ -178,10 +178,7 @@ def selective_scan(
             )
         dt = effective_delta(delta, delta_bias, delta_softplus)
         y, last = _TritonScan.apply(u, dt, A.to(torch.float32), B, C)
-        if D is not None:
-            y = y + u * D.to(u.dtype)[:, None]
-        if z is not None:
-            y = y * F.silu(z)
+        y = skip_and_gate(y, u, D, z)
         return (y, last) if return_last_state else y
     if chunk_size is None:
         out, last = selective_scan_reference(u, delta, A, B, C, D, z, delta_bias, delta_softplus)

@@ -33,7 +33,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["effective_delta", "selective_scan_chunked_reference", "selective_scan_reference"]
+__all__ = ["effective_delta", "selective_scan_chunked_reference", "selective_scan_reference", "skip_and_gate"]
 
 
 def effective_delta(
@@ -45,7 +45,7 @@ def effective_delta(
     return F.softplus(delta) if delta_softplus else delta
 
 
-def _epilogue(
+def skip_and_gate(
     y: torch.Tensor, u: torch.Tensor, D: torch.Tensor | None, z: torch.Tensor | None
 ) -> torch.Tensor:
     """``(y + D u) · silu(z)``: the skip and the gate, [B, D, L]."""
@@ -89,7 +89,7 @@ def selective_scan_reference(
         x = a_t * x + b_t
         xs.append(x)
     y = torch.einsum("bdln,bln->bdl", torch.stack(xs, dim=2), Ct) if xs else u.new_zeros(Bsz, Dch, 0)
-    return _epilogue(y, u, D, z), x
+    return skip_and_gate(y, u, D, z), x
 
 
 def selective_scan_chunked_reference(
@@ -128,4 +128,4 @@ def selective_scan_chunked_reference(
         ys.append(torch.einsum("bdtn,btn->bdt", xs, Ct[:, t0:t1]))
         x = xs[:, :, -1]
     y = torch.cat(ys, dim=-1) if ys else u.new_zeros(Bsz, Dch, 0)
-    return _epilogue(y, u, D, z), x
+    return skip_and_gate(y, u, D, z), x
