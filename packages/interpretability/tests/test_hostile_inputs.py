@@ -14,7 +14,7 @@ import torch
 
 import icml25.interpretability as ip
 from icml25.kernels import testing as kt
-from icml25.kernels.testing import HostileSpec
+from icml25.kernels.testing import Allow, HostileSpec
 
 _g = torch.Generator().manual_seed(0)
 _X = torch.randn(6, 8, generator=_g)
@@ -746,6 +746,152 @@ SPECS += [
         lambda layer: ip.role_probe(_p44_model(), _P44_TASK.batch(8, 4, seed=0), layer),
         {"layer": 1},
         ("layer",),
+    ),
+]
+# ------------------------------------------------------------------------------------------ P19
+_P19_G = torch.Generator().manual_seed(19)
+_P19_LAT = {"a": torch.rand(3, 2, 16, generator=_P19_G), "b": torch.rand(3, 2, 16, generator=_P19_G)}
+_P19_SAE = ip.TopKSAE(4, 16, k=3, seed=0)
+_P19_PLAN = ip.UnlearningPlan.build(_P19_LAT, ["a"], 80.0, -1.0)
+_P19_ACTS = torch.randn(2, 4, 3, 5, generator=_P19_G)  # [B, C, H, W], H != W
+P19_SCORE_CONST = "constant latents give constant proportions: finite scores (all 0 with a contrast)"
+
+
+def _p19_ddpm() -> ip.DigitsDDPM:
+    return ip.DigitsDDPM(hidden=8, n_steps=3, seed=0)
+
+
+def _p19_capture(x):
+    model = _p19_ddpm()
+    with ip.ActivationCapture(model, "block", 3, count_calls=True) as cap:
+        for t in range(3):
+            model(x, torch.full((x.shape[0],), t), torch.zeros(x.shape[0], dtype=torch.long))
+    return cap.activations()
+
+
+def _p19_hooked(x):
+    model = _p19_ddpm()
+    sae = ip.TopKSAE(8, 16, k=3, seed=0)
+    with ip.SAEUnlearningHook(model, "block", sae, _P19_PLAN) as hook:
+        hook.set_step(1)
+        return model(x, torch.ones(x.shape[0], dtype=torch.long), torch.zeros(x.shape[0], dtype=torch.long))
+
+
+def _p19_train_ddpm():
+    model = _p19_ddpm()
+    fn = lambda X, y: ip.train_ddpm(model, X, y, steps=2, batch_size=4)  # noqa: E731
+    return fn, {"X": torch.rand(6, 64, generator=_P19_G) * 2 - 1, "y": torch.arange(6)}, model
+
+
+SPECS += [
+    HostileSpec(
+        "concept_feature_scores",
+        lambda latents, eps: ip.concept_feature_scores(latents, "a", eps=eps),
+        {"latents": _P19_LAT, "eps": 1e-8},
+        (("latents", "a"), ("latents", "b"), "eps"),
+        allow={"constant": P19_SCORE_CONST, "huge": "proportions are scale-free"},
+    ),
+    HostileSpec(
+        "select_features",
+        ip.select_features,
+        {"scores": torch.randn(16, generator=_P19_G), "percentile": 90.0},
+        ("scores", "percentile"),
+        allow={"constant": "constant scores select nothing (documented)", "huge": "only the order matters"},
+    ),
+    HostileSpec(
+        "UnlearningPlan.build",
+        lambda latents, percentile, multiplier: ip.UnlearningPlan.build(
+            latents, ["a"], percentile, multiplier
+        ),
+        {"latents": _P19_LAT, "percentile": 80.0, "multiplier": -1.0},
+        (("latents", "a"), ("latents", "b"), "percentile", "multiplier"),
+        allow={"constant": P19_SCORE_CONST, "huge": "finite latents give finite scales"},
+        covers=("UnlearningPlan",),
+    ),
+    HostileSpec(
+        "intervene",
+        lambda acts, t: ip.intervene(acts, _P19_SAE, _P19_PLAN, t),
+        {"acts": _P19_ACTS, "t": 1},
+        ("acts", "t"),
+        allow={
+            "acts:constant": "constant activations are valid: the result is finite",
+            "acts:empty:0": "an empty batch is returned as is",
+            "acts:empty:2": "an empty map is returned as is",
+            "acts:empty:3": "an empty map is returned as is",
+            "acts:missing_dim": "[B, C, H] is read as [B, P, d] with d = H = 5 != 4: rejected unless equal",
+        },
+        known={"acts:huge": "1e30-scaled activations overflow the float32 SAE decode to Inf (no error)"},
+    ),
+    HostileSpec(
+        "to_patches",
+        lambda acts: ip.from_patches(*ip.to_patches(acts)),
+        {"acts": _P19_ACTS},
+        ("acts",),
+        allow={
+            "constant": "layout only",
+            "huge": "layout only",
+            "dtype": "layout only: any dtype",
+            "missing_dim": "a [B, P, d] layout",
+            "empty:0": "layout only",
+            "empty:1": "layout only",
+            "empty:2": "layout only",
+            "empty:3": "layout only",
+            "nan": Allow("layout only: values are moved, not checked", finite=False),
+            "posinf": Allow("layout only: values are moved, not checked", finite=False),
+            "neginf": Allow("layout only: values are moved, not checked", finite=False),
+        },
+        covers=("to_patches", "from_patches"),
+    ),
+    HostileSpec(
+        "concept_latents",
+        lambda acts: ip.concept_latents(_P19_SAE, {"a": acts, "b": acts + 1}),
+        {"acts": torch.randn(2, 2, 3, 4, generator=_P19_G)},
+        ("acts",),
+        allow={"constant": "constant activations are valid: the result is finite"},
+        known={"huge": "1e30-scaled activations overflow the float32 encoder to Inf (no error)"},
+    ),
+    HostileSpec(
+        "fit_block_sae",
+        lambda acts: ip.fit_block_sae(acts, 16, 2, steps=2, batch_size=8),
+        {"acts": torch.randn(2, 8, 4, generator=_P19_G)},
+        ("acts",),
+        allow={
+            "missing_dim": "[N, d]: one input per row",
+            "extra_dim": "[..., d] with d = 1 is a valid input",
+        },
+        known={"huge": "1e30-scaled activations overflow the float32 squared error to Inf (no error)"},
+    ),
+    HostileSpec(
+        "ActivationCapture",
+        _p19_capture,
+        {"x": torch.rand(3, 64, generator=_P19_G)},
+        ("x",),
+        allow={"constant": "constant images are valid inputs"},
+        known={
+            "huge": "1e30 inputs overflow the float32 model to Inf before the hook records them (no error)"
+        },
+        covers=("ActivationCapture", "DigitsDDPM"),
+    ),
+    HostileSpec(
+        "SAEUnlearningHook",
+        _p19_hooked,
+        {"x": torch.rand(3, 64, generator=_P19_G)},
+        ("x",),
+        allow={"constant": "constant images are valid inputs"},
+        known={"huge": "1e30 inputs overflow the model itself before the hook"},
+    ),
+    HostileSpec(
+        "train_ddpm",
+        setup=_p19_train_ddpm,
+        arrays=("X", "y"),
+        allow={"X:constant": "constant images are valid training data", "y:constant": "one class is valid"},
+    ),
+    HostileSpec(
+        "ddpm_sample",
+        lambda labels: ip.ddpm_sample(_p19_ddpm(), labels, seed=0),
+        {"labels": torch.tensor([0, 3, 9])},
+        ("labels",),
+        allow={"constant": "one class for every sample"},
     ),
 ]
 EXCLUDED = {

@@ -511,6 +511,60 @@ SPECS += [
         },
     ),
 ]
+# P24 NTPP -----------------------------------------------------------------------------------------------
+_NA, _NB = torch.randint(1, 9, (2, 6), generator=_g), torch.randint(1, 9, (2, 6), generator=_g)
+_N_OK = {"constant": "a constant stream (one token repeated) is a valid dialogue channel"}
+SPECS += [
+    HostileSpec("interleave_pairs", le.interleave_pairs, {"a": _NA, "b": _NB}, ("a", "b"), _N_OK),
+    HostileSpec(
+        "deinterleave_pairs",
+        le.deinterleave_pairs,
+        {"x": torch.stack([_NA, _NB], 2).reshape(2, 12)},
+        ("x",),
+        {
+            "constant": "a constant sequence splits into constant slots",
+            "dtype": "any dtype is split (ids, logits or hidden states)",
+            "extra_dim": "(B, 2T, ...) tensors with trailing dimensions are split along dim 1 (documented)",
+        },
+    ),
+    HostileSpec("pair_causal_mask", le.pair_causal_mask, {"T": 4}, ("T",)),
+    HostileSpec(
+        "ntpp_loss",
+        le.ntpp_loss,
+        {
+            "logits_a": torch.randn(2, 6, 9, generator=_g),
+            "logits_b": torch.randn(2, 6, 9, generator=_g),
+            "a": _NA,
+            "b": _NB,
+        },
+        ("logits_a", "logits_b", "a", "b"),
+        {
+            "constant": "constant logits are a uniform prediction and constant streams valid targets: a finite loss",
+            "huge": "log-softmax of huge logits is finite",
+        },
+    ),
+    HostileSpec(
+        "swap_channels",
+        lambda a, b, p: le.swap_channels(a, b, p, seed=0),
+        {"a": _NA, "b": _NB, "p": 0.5},
+        ("a", "b", "p"),
+        _N_OK,
+    ),
+    HostileSpec(
+        "DualChannelCollator",
+        lambda a, b: le.DualChannelCollator(pad_id=0)([{"a": a, "b": b}]),
+        {"a": _NA[0], "b": _NB[0]},
+        ("a", "b"),
+        _N_OK,
+    ),
+    HostileSpec(
+        "turn_taking_stats",
+        lambda a, b: le.turn_taking_stats(a, b, silence_id=1),
+        {"a": _NA, "b": _NB},
+        ("a", "b"),
+        {"constant": "a constant channel is one long IPU (or all silence): valid statistics"},
+    ),
+]
 EXCLUDED = {
     "BiMambaMixer": "an nn.Module of the VimTiny backbone (exercised through VimTiny); validates its config",
     "VimBlock": "an nn.Module of the VimTiny backbone (exercised through VimTiny)",

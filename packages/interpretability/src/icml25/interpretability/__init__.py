@@ -139,6 +139,21 @@ from icml25.interpretability.sae import (
     to_saelens,
     train_sae,
 )
+from icml25.interpretability.saeuron import (
+    ActivationCapture,
+    DigitsDDPM,
+    SAEUnlearningHook,
+    UnlearningPlan,
+    concept_feature_scores,
+    concept_latents,
+    ddpm_sample,
+    fit_block_sae,
+    from_patches,
+    intervene,
+    select_features,
+    to_patches,
+    train_ddpm,
+)
 
 __version__ = _distribution_version("icml25-interpretability")
 
@@ -158,6 +173,20 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [  # noqa: RUF022 (grouped by paper)
     "__version__",
+    # P19 SAeUron concept unlearning with SAE features
+    "ActivationCapture",
+    "DigitsDDPM",
+    "SAEUnlearningHook",
+    "UnlearningPlan",
+    "concept_feature_scores",
+    "concept_latents",
+    "ddpm_sample",
+    "fit_block_sae",
+    "from_patches",
+    "intervene",
+    "select_features",
+    "to_patches",
+    "train_ddpm",
     # P22 Matryoshka SAE
     "ActivationNormalizer",
     "BatchTopKSAE",
