@@ -35,6 +35,7 @@ The timestep index of a hook is set explicitly (:meth:`SAEUnlearningHook.set_ste
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import math
 import warnings
@@ -174,7 +175,7 @@ def _hidden(output: Any) -> torch.Tensor:
     return box[0]
 
 
-class _BlockHook:
+class _BlockHook(abc.ABC):
     """A forward hook on ``model.get_submodule(block)`` with a sampling-step index (shared plumbing)."""
 
     def __init__(self, model: nn.Module, block: str, n_steps: int, count_calls: bool) -> None:
@@ -255,8 +256,9 @@ class _BlockHook:
     def __exit__(self, *exc: Any) -> None:
         self.remove()
 
-    def _hook(self, module: nn.Module, inputs: Any, output: Any) -> Any:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _hook(self, module: nn.Module, inputs: Any, output: Any) -> Any:
+        """The forward hook: record or replace ``output`` at the current step."""
 
 
 class ActivationCapture(_BlockHook):
