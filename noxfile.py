@@ -27,7 +27,15 @@ sys.path.insert(0, str(ROOT / "tools"))
 import workspace  # noqa: E402 - tools/workspace.py: the one list of distributions, read from the uv workspace
 
 CONSTRAINTS = str(ROOT / "constraints.txt")
-TEST_TOOLS = ["pytest>=8", "hypothesis>=6.100"]
+TEST_TOOLS = ["pytest>=8", "hypothesis>=6.100", "pytest-xdist>=3.5"]
+
+
+def _xdist_args() -> list[str]:
+    """Spread a package's test files over the machine's cores (pytest-xdist, one file per worker, so module
+    fixtures are built once), at most 4 workers; ``ICML25_TEST_WORKERS=1`` runs them in one process."""
+    workers = int(os.environ.get("ICML25_TEST_WORKERS", min(os.cpu_count() or 1, 4)))
+    return ["-n", str(workers), "--dist", "loadfile"] if workers > 1 else []
+
 
 # distribution suffix -> (source folder, extras installed for its tests), from the workspace's pyprojects
 _MEMBERS = workspace.members(ROOT)
@@ -128,8 +136,12 @@ def _tests(session: nox.Session, name: str) -> None:
         "python", "-c", f"import icml25.{area} as m, sys; sys.exit('site-packages' not in m.__file__)"
     )
     args = session.posargs or ["-m", "not slow"]
+    workers = _xdist_args()
+    if workers:  # one BLAS/OpenMP thread per worker: the workers already fill the cores; more threads contend
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            session.env.setdefault(var, "1")
     # --durations: the slowest tests, so a quick test that grew past its 20 s budget is visible in CI logs
-    session.run("pytest", f"{folder}/tests", "-p", "no:cacheprovider", "--durations=5", *args)
+    session.run("pytest", f"{folder}/tests", "-p", "no:cacheprovider", "--durations=10", *workers, *args)
 
 
 for _name in PACKAGES:
@@ -152,7 +164,9 @@ def integration(session: nox.Session) -> None:
     session.install("-c", CONSTRAINTS, *TEST_TOOLS, "mypy>=1.10", "tqdm>=4.60", *wheels.values())
     session.env["ICML25_WHEELHOUSE"] = str(Path(next(iter(wheels.values()))).parent)
     session.env["UV_CONSTRAINT"] = CONSTRAINTS
-    session.run("pytest", "tests", "-p", "no:cacheprovider", *session.posargs)
+    session.run(
+        "pytest", "tests", "-p", "no:cacheprovider", "--durations=10", *_xdist_args(), *session.posargs
+    )
 
 
 @nox.session

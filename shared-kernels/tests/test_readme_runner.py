@@ -1,9 +1,14 @@
 """The README-example runner (icml25.kernels.readme_examples): it finds every block, honours its directives
 and fails on a broken example."""
 
+import os
+import random
+import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 
 from icml25.kernels.readme_examples import missing_extras, readme_examples, run_readme_example
 
@@ -58,12 +63,56 @@ def test_a_working_block_runs_and_its_continuation_sees_the_previous_state(tmp_p
     assert run_readme_example(second, tmp_path).stdout == "42\ncontinued 42\n"
 
 
-def test_a_broken_block_fails_with_its_source_and_error(tmp_path: Path) -> None:
+@pytest.mark.parametrize("fresh_process", [False, True])
+def test_a_broken_block_fails_with_its_source_and_error(tmp_path: Path, fresh_process: bool) -> None:
     broken = readme_examples(_write(tmp_path, README))[-1]
     with pytest.raises(
         AssertionError, match=r"broken-L25 \(README.md:25\) exited 1(?s:.*)this example is broken"
     ):
-        run_readme_example(broken, tmp_path)
+        run_readme_example(broken, tmp_path, fresh_process=fresh_process)
+
+
+def test_a_block_that_raises_fails_with_its_traceback(tmp_path: Path) -> None:
+    (example,) = readme_examples(_write(tmp_path, "```python\nx = 1\nundefined_name + x\n```\n"))
+    with pytest.raises(AssertionError, match=r"top-L2 \(README.md:2\) raised(?s:.*)NameError"):
+        run_readme_example(example, tmp_path)
+
+
+def test_a_block_runs_in_a_fresh_namespace_from_cwd_and_its_global_changes_are_undone(tmp_path: Path) -> None:
+    block = """```python
+import os, random, sys
+import numpy as np
+import torch
+assert __name__ == "__main__" and "leaked" not in globals()
+assert os.environ["MPLBACKEND"] == "Agg"
+open("written.txt", "w").write("here")
+leaked = 1
+os.environ["ICML25_README_TEST"] = "set"
+os.chdir("/")
+sys.argv.append("--junk")
+random.seed(1); np.random.seed(1); torch.manual_seed(1); torch.set_num_threads(1)
+print("ran")
+```
+"""
+    (example,) = readme_examples(_write(tmp_path, block))
+    torch.manual_seed(123)
+    # the legacy global generators are exactly what a README block may reseed
+    numpy_state = np.random.get_state()[1].copy()  # noqa: NPY002
+    expected = (random.getstate(), numpy_state, torch.random.get_rng_state())
+    cwd, argv, threads = Path.cwd(), list(sys.argv), torch.get_num_threads()
+    for _ in range(2):  # a second run sees nothing of the first
+        assert run_readme_example(example, tmp_path).stdout == "ran\n"
+    assert (tmp_path / "written.txt").read_text() == "here"
+    assert Path.cwd() == cwd and sys.argv == argv and torch.get_num_threads() == threads
+    assert "ICML25_README_TEST" not in os.environ
+    assert random.getstate() == expected[0]
+    assert np.array_equal(np.random.get_state()[1], expected[1])  # noqa: NPY002
+    assert torch.equal(torch.random.get_rng_state(), expected[2])
+
+
+def test_a_block_in_a_fresh_process_runs_from_cwd(tmp_path: Path) -> None:
+    first = readme_examples(_write(tmp_path, README))[0]
+    assert run_readme_example(first, tmp_path, fresh_process=True).stdout == "42\n"
 
 
 def test_bad_directives_are_rejected(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""README examples as tests: every ```python block of a README runs, as written, in a fresh interpreter.
+"""README examples as tests: every ```python block of a README runs, as written, in a fresh namespace.
 
 Each package's test suite parametrizes one test over :func:`readme_examples` of its own README, so the
 blocks run in that package's test session, against its installed wheel and with its extras. A block may
@@ -12,18 +12,31 @@ carry directives in comment lines of its own:
   like the cells of a notebook.
 * ``# readme: slow``: the block takes longer than a quick test (the test marks it ``slow``).
 
-A block that exits non-zero fails its test with the block's source and its stderr. pytest is imported only by
-:func:`readme_params` and :func:`check_readme_example`; :func:`run_readme_example` raises ``AssertionError``.
+A block runs as the ``__main__`` module of a fresh namespace inside the test's interpreter, from the test's
+temporary folder, with the interpreter's global state (working directory, environment, ``sys.argv``, the
+random generators of Python, NumPy and PyTorch, PyTorch's thread count, warning filters) restored afterwards.
+A fresh process per block would also prove that nothing else was imported before it, at the price of importing
+torch (and transformers) again for every one of the ~70 blocks, about 10 s each on the 2-core CI machine;
+``run_readme_example(..., fresh_process=True)`` still does that. A block that raises or exits non-zero fails
+its test with the block's source and its error. pytest is imported only by :func:`readme_params` and
+:func:`check_readme_example`; :func:`run_readme_example` raises ``AssertionError``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata as metadata
 import importlib.util
+import io
 import os
+import random
 import re
 import subprocess
 import sys
+import traceback
+import types
+import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -150,10 +163,81 @@ def missing_extras(example: ReadmeExample) -> list[str]:
 
 
 def run_readme_example(
-    example: ReadmeExample, cwd: str | os.PathLike[str], timeout: float = 600.0
+    example: ReadmeExample,
+    cwd: str | os.PathLike[str],
+    timeout: float = 600.0,
+    fresh_process: bool = False,
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``example.code`` with this interpreter in a fresh process inside ``cwd`` (files it writes land
-    there); ``AssertionError`` with its source and stderr when it exits non-zero or times out."""
+    """Run ``example.code`` inside ``cwd`` (files it writes land there); ``AssertionError`` with its source and
+    error when it raises or exits non-zero.
+
+    By default the block runs in this interpreter, as ``__main__`` of a fresh namespace, with the global state
+    restored afterwards (module docstring). ``fresh_process=True`` runs it with this interpreter in a new
+    process instead, killed after ``timeout`` seconds (``timeout`` applies only there). The result carries the
+    block's printed output in ``stdout``/``stderr``.
+    """
+    if fresh_process:
+        return _run_in_fresh_process(example, cwd, timeout)
+    code = compile(example.code, f"<{example.path.name}:{example.line}>", "exec")
+    out, err = io.StringIO(), io.StringIO()
+    main = types.ModuleType("__main__")
+    main.__dict__["__builtins__"] = __builtins__
+    failure = None
+    with _restored_global_state(cwd), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        sys.modules["__main__"] = main  # restored by _restored_global_state
+        try:
+            exec(code, main.__dict__)
+        except SystemExit as exc:
+            if exc.code not in (None, 0):
+                failure = f"exited {exc.code if isinstance(exc.code, int) else 1}\n{exc.code}"
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            failure = "raised\n" + "".join(traceback.format_exception(exc))
+        finally:
+            main.__dict__.clear()  # free the block's tensors and models before the next test
+    if failure is not None:
+        raise AssertionError(
+            f"README example {example.id} ({example.path.name}:{example.line}) {failure}\n"
+            f"--- code ---\n{example.code}\n--- stderr (tail) ---\n{err.getvalue()[-4000:]}"
+        )
+    return subprocess.CompletedProcess(["<in-process>"], 0, out.getvalue(), err.getvalue())
+
+
+@contextlib.contextmanager
+def _restored_global_state(cwd: str | os.PathLike[str]) -> Iterator[None]:
+    """Run the body from ``cwd`` with ``MPLBACKEND=Agg``; afterwards put back what a block may have changed."""
+    saved_cwd, saved_env, saved_argv = os.getcwd(), dict(os.environ), list(sys.argv)
+    saved_main, saved_path = sys.modules.get("__main__"), list(sys.path)
+    saved_random = random.getstate()
+    numpy = sys.modules.get("numpy")
+    saved_numpy = numpy.random.get_state() if numpy is not None else None
+    torch = sys.modules.get("torch")
+    saved_torch = (torch.random.get_rng_state(), torch.get_num_threads()) if torch is not None else None
+    os.environ["MPLBACKEND"] = "Agg"
+    sys.argv = [f"<{Path(str(cwd)).name}>"]
+    try:
+        with warnings.catch_warnings():
+            os.chdir(cwd)
+            yield
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        sys.argv, sys.path[:] = saved_argv, saved_path
+        if saved_main is not None:
+            sys.modules["__main__"] = saved_main
+        random.setstate(saved_random)
+        if saved_numpy is not None:
+            numpy.random.set_state(saved_numpy)
+        if saved_torch is not None:
+            torch.random.set_rng_state(saved_torch[0])
+            torch.set_num_threads(saved_torch[1])
+
+
+def _run_in_fresh_process(
+    example: ReadmeExample, cwd: str | os.PathLike[str], timeout: float
+) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, MPLBACKEND="Agg", PYTHONHASHSEED="0")
     try:
         result = subprocess.run(
