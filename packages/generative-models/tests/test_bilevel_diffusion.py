@@ -302,7 +302,7 @@ def test_guided_denoiser_adds_scaled_reward_gradient() -> None:
     assert torch.allclose(out, 0.3 * x - math.sqrt(1 - 0.99 + 4 * (0.99 - 0.1) / 9) * A / 0.5)
 
 
-# ---- bad inputs (brief §8) ----------------------------------------------------------------------------
+# ---- bad inputs ------------------------------------------------------------------------------------
 
 
 def test_bad_inputs_raise_clear_errors() -> None:

@@ -96,6 +96,17 @@ def _check_reward_out(r: object, x: Tensor, name: str) -> Tensor:
     return r
 
 
+def _check_vector(name: str, v: object, limit: float) -> Tensor:
+    """A finite, non-empty 1-D floating-point tensor with ``max |v| <= limit``."""
+    if not isinstance(v, Tensor) or v.dim() != 1:
+        got = tuple(v.shape) if isinstance(v, Tensor) else type(v).__name__
+        raise TypeError(f"{name} must be a 1-D torch.Tensor of shape (D,), got {got}")
+    v = _check_x(v.reshape(1, -1), name).reshape(-1)
+    if float(v.abs().max()) > limit:
+        raise ValueError(f"{name} must have max |value| <= {limit:g}, got {float(v.abs().max()):.3g}")
+    return v
+
+
 def _check_callable(name: str, fn: object, form: str) -> None:
     if not callable(fn):
         raise TypeError(f"{name} must be callable {form}, got {type(fn).__name__}")
@@ -116,13 +127,7 @@ class QuadraticReward:
     Sums and non-negative multiples stay quadratic, so Gibbs tilts of Gaussian mixtures stay closed form."""
 
     def __init__(self, b: Tensor, q: float = 0.0, c0: float = 0.0) -> None:
-        if not isinstance(b, Tensor) or b.dim() != 1:
-            got = tuple(b.shape) if isinstance(b, Tensor) else type(b).__name__
-            raise TypeError(f"b must be a 1-D torch.Tensor of shape (D,), got {got}")
-        b = _check_x(b.reshape(1, -1), "b").reshape(-1)
-        if float(b.abs().max()) > 1e8:
-            raise ValueError(f"b must have max |value| <= 1e8, got {float(b.abs().max()):.3g}")
-        self.b = b.to(torch.float64)
+        self.b = _check_vector("b", b, 1e8).to(torch.float64)
         self.q = _check_float("q", q, 0.0)
         self.c0 = _check_float("c0", c0)
         if self.q > 1e8 or abs(self.c0) > 1e12:
@@ -136,10 +141,7 @@ class QuadraticReward:
     @classmethod
     def neg_sq_distance(cls, c: Tensor) -> QuadraticReward:
         """``r(x) = -‖x - c‖² = 2cᵀx - ‖x‖² - ‖c‖²``."""
-        if not isinstance(c, Tensor) or c.dim() != 1:
-            got = tuple(c.shape) if isinstance(c, Tensor) else type(c).__name__
-            raise TypeError(f"c must be a 1-D torch.Tensor of shape (D,), got {got}")
-        c = _check_x(c.reshape(1, -1), "c").reshape(-1).to(torch.float64)
+        c = _check_vector("c", c, 1e6).to(torch.float64)
         return cls(2.0 * c, 1.0, -float((c * c).sum()))
 
     @property
@@ -700,12 +702,7 @@ def zo_gradient(
     ``[f(ψ + δu) - f(ψ - δu)]/(2δ) u`` (``mode="two"``) or ``[f(ψ + δu) - f_prev]/δ u`` (``"one"``, reusing
     the previous value), averaged over ``n_dirs`` directions. Unbiased for the smoothed ``f``."""
     _check_callable("f", f, "(psi) -> float")
-    if not isinstance(psi, Tensor) or psi.dim() != 1:
-        got = tuple(psi.shape) if isinstance(psi, Tensor) else type(psi).__name__
-        raise TypeError(f"psi must be a 1-D torch.Tensor of parameters, got {got}")
-    psi = _check_x(psi.reshape(1, -1), "psi").reshape(-1)
-    if float(psi.abs().max()) > 1e15:
-        raise ValueError(f"psi must have max |value| <= 1e15, got {float(psi.abs().max()):.3g}")
+    psi = _check_vector("psi", psi, 1e15)
     delta = _check_float("delta", delta, 0.0, low_open=True)
     n_dirs = _check_int("n_dirs", n_dirs, 1)
     mode = _check_choice("mode", mode, ("one", "two"))
