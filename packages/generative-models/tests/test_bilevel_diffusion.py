@@ -356,6 +356,10 @@ def test_lambda_blind_sampler_and_short_schedule_warn() -> None:
     with pytest.warns(RuntimeWarning, match="alpha_bar_T"):
         LearnableCosineSchedule(20, 0.0, 0.5, 1.0, 0.008).check_terminal()
     assert LearnableCosineSchedule(20).check_terminal() < 1e-4
+    with pytest.warns(RuntimeWarning, match="alpha_bar_T"):
+        NoiseScheduleBilevel(
+            lambda: _Eps(), LearnableCosineSchedule(20, 0.0, 0.5), lambda m, s: 0.0, _moons(64)
+        )
 
 
 # ---- the reproduction ---------------------------------------------------------------------------------

@@ -853,6 +853,7 @@ class NoiseScheduleBilevel:
         self.batch_size = _check_int("batch_size", batch_size, 2)
         self.warmup = _check_int("warmup", warmup, 0)
         self.zo_theta = bool(zo_theta)
+        schedule.check_terminal()  # warns when alpha_bar_T > 0.1
         self.schedule, self.upper_metric, self.data = schedule, upper_metric, data.double()
         with isolated_rng(_check_int("seed", seed, 0)):
             self.model_y = make_model()
