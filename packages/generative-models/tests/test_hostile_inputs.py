@@ -838,6 +838,110 @@ def _p26_specs() -> list[HostileSpec]:
 SPECS += _p26_specs()
 
 
+# ---- P30 first-order bilevel diffusion ----------------------------------------------------------------
+
+_P30_MU = torch.tensor([[-1.0, 0.0], [1.0, 0.5]], dtype=torch.float64)
+_P30_VAR = torch.tensor([[0.3, 0.2], [0.2, 0.4]], dtype=torch.float64)
+_P30_G = gm.GaussianMixture(_P30_MU, _P30_VAR, torch.ones(2, dtype=torch.float64), gm.VPSchedule())
+_P30_A = torch.tensor([1.0, 0.3], dtype=torch.float64)
+_P30_R2 = gm.QuadraticReward(_P30_A)
+_P30_R1 = gm.QuadraticReward.neg_sq_distance(_P30_A)
+_P30_X = torch.randn(6, 2, generator=_g, dtype=torch.float64)
+P30_FINITE = "a finite input gives a finite, documented answer (constant rows are valid samples)"
+
+
+def _p30_tuner():
+    t = gm.EntropyStrengthTuner(gm.ExactTiltSampler(_P30_G), _P30_R2, _P30_R1, gamma=10.0, n_samples=8)
+    return (lambda lam, gamma: t.hypergradient(lam, gamma)["grad"]), {"lam": 1.0, "gamma": 10.0}, None
+
+
+def _p30_tuner_is():
+    return (
+        lambda pre_samples, lam0: gm.EntropyStrengthTuner(
+            gm.ExactTiltSampler(_P30_G),
+            _P30_R2,
+            _P30_R1,
+            lam0=lam0,
+            kl_estimator="is",
+            pre_samples=pre_samples,
+        ).hypergradient(1.0)["grad"],
+        {"pre_samples": _P30_X, "lam0": 2.0},
+        None,
+    )
+
+
+class _P30Eps(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 2)
+
+    def forward(self, x, t):
+        return self.lin(torch.cat([x, t.to(x.dtype)[:, None] / 10], 1))
+
+
+def _p30_schedule_bilevel():
+    return (
+        lambda data, gamma, delta: gm.NoiseScheduleBilevel(
+            _P30Eps, gm.LearnableCosineSchedule(10), lambda m, s: 0.5, data, gamma=gamma, delta=delta,
+            batch_size=4, seed=0,
+        ).hypergradient(),
+        {"data": _P30_X, "gamma": 1.0, "delta": 0.01},
+        None,
+    )  # fmt: skip
+
+
+def _p30_specs() -> list[HostileSpec]:
+    ab = torch.linspace(0.99, 0.05, 10, dtype=torch.float64)
+    lin = torch.nn.Linear(2, 2).double()
+    return [
+        HostileSpec("QuadraticReward", lambda b, q, c0, x: gm.QuadraticReward(b, q, c0)(x),
+                    {"b": _P30_A, "q": 0.5, "c0": 0.1, "x": _P30_X}, ("b", "q", "c0", "x"),
+                    allow={"constant": P30_FINITE}),
+        HostileSpec("gibbs_tilt", lambda lam: gm.gibbs_tilt(_P30_G, _P30_R2 + _P30_R1, lam).log_partition,
+                    {"lam": 0.7}, ("lam",), covers=("gibbs_tilt", "GibbsTilt")),
+        HostileSpec("tilt_kl", lambda lam: gm.tilt_kl(_P30_G, _P30_R2, lam), {"lam": 0.7}, ("lam",)),
+        HostileSpec("upper_objective", lambda lam: gm.upper_objective(_P30_G, _P30_R2, _P30_R1, lam),
+                    {"lam": 0.7}, ("lam",)),
+        HostileSpec("gibbs_tilt_kl_is", gm.gibbs_tilt_kl_is, {"scores": _P30_X[:, 0].clone(), "lam": 0.7},
+                    ("scores", "lam"), allow={"constant": "equal scores: the tilt is p_pre itself, KL 0"}),
+        HostileSpec("girsanov_kl", lambda guidance_drifts, g2, dt: gm.girsanov_kl([guidance_drifts] * 2, g2, dt),
+                    {"guidance_drifts": _P30_X, "g2": torch.tensor([1.0, 2.0], dtype=torch.float64),
+                     "dt": torch.tensor([0.1, 0.1], dtype=torch.float64)}, ("guidance_drifts", "g2", "dt"),
+                    allow={"constant": P30_FINITE,
+                           "guidance_drifts:extra_dim": "(N, *event): a trailing event axis is valid"}),
+        HostileSpec("ExactTiltSampler", lambda lam, n: gm.ExactTiltSampler(_P30_G)(_P30_R2, lam, n, 0).kl,
+                    {"lam": 0.7, "n": 8}, ("lam",), covers=("ExactTiltSampler", "TiltDraw")),
+        HostileSpec("GuidedSDESampler", lambda lam: gm.GuidedSDESampler(
+                        _P30_G.score, gm.VPSchedule(), 2, 4, "exact", _P30_G)(_P30_R2, lam, 8, 0).kl,
+                    {"lam": 0.7}, ("lam",)),
+        HostileSpec("EntropyStrengthTuner", setup=_p30_tuner, arrays=("lam", "gamma")),
+        HostileSpec("EntropyStrengthTuner(is)", setup=_p30_tuner_is, arrays=("pre_samples", "lam0"),
+                    allow={"constant": "identical pre-trained samples are valid: every tilt is then p_pre"},
+                    covers=("EntropyStrengthTuner",)),
+        HostileSpec("LearnableCosineSchedule", lambda start, end, tau, eps: gm.LearnableCosineSchedule(
+                        10, start, end, tau, eps).betas().detach(),
+                    {"start": 0.0, "end": 1.0, "tau": 1.0, "eps": 0.008}, ("start", "end", "tau", "eps")),
+        HostileSpec("zo_gradient", lambda psi, delta: gm.zo_gradient(lambda v: float((v * v).sum()), psi, delta, seed=0),
+                    {"psi": _P30_X[0].clone(), "delta": 0.01}, ("psi", "delta"),
+                    allow={"constant": P30_FINITE}),
+        HostileSpec("ddim_sample", lambda x_T, alphas_cumprod: gm.ddim_sample(
+                        lambda x, t: lin(x), alphas_cumprod, x_T, 3),
+                    {"x_T": _P30_X, "alphas_cumprod": ab}, ("x_T", "alphas_cumprod"),
+                    allow={"constant": P30_FINITE + "; a constant alpha_bar is a degenerate but valid table"}),
+        HostileSpec("sliced_wasserstein", lambda x, y: gm.sliced_wasserstein(x, y, 8),
+                    {"x": _P30_X, "y": _P30_X + 1.0}, ("x", "y"), allow={"constant": P30_FINITE}),
+        HostileSpec("NoiseScheduleBilevel", setup=_p30_schedule_bilevel, arrays=("data", "gamma", "delta"),
+                    global_rng="constructing the nn.Module of make_model runs under isolated_rng; none left"),
+        HostileSpec("RewardGuidedDenoiser", lambda sample, lam: gm.RewardGuidedDenoiser(
+                        lambda x, t: 0.5 * x, ab, reward=lambda x: _P30_R2(x.reshape(len(x), -1)), lam=lam)(sample, 3),
+                    {"sample": _P30_X, "lam": 0.7}, ("sample", "lam"),
+                    allow={"constant": P30_FINITE, "extra_dim": "(N, *event): a trailing event axis is valid"}),
+    ]  # fmt: skip
+
+
+SPECS += _p30_specs()
+
+
 EXCLUDED = {
     "RolloutResult": "a result container built by thermalized_rollout, not a user entry point",
     "TrainResult": "a result container returned by train_flow, not a user entry point",

@@ -194,3 +194,44 @@ __all__ = [
     "untile_tokens",
     "weighted_quantile_loss",
 ]
+
+# P30 first-order generative bilevel optimisation (entropy strength, noise schedule)
+from icml25.generative_models.bilevel import (
+    EntropyStrengthTuner,
+    ExactTiltSampler,
+    GibbsTilt,
+    GuidedSDESampler,
+    LearnableCosineSchedule,
+    NoiseScheduleBilevel,
+    QuadraticReward,
+    RewardGuidedDenoiser,
+    TiltDraw,
+    ddim_sample,
+    gibbs_tilt,
+    gibbs_tilt_kl_is,
+    girsanov_kl,
+    sliced_wasserstein,
+    tilt_kl,
+    upper_objective,
+    zo_gradient,
+)
+
+__all__ += [
+    "EntropyStrengthTuner",
+    "ExactTiltSampler",
+    "GibbsTilt",
+    "GuidedSDESampler",
+    "LearnableCosineSchedule",
+    "NoiseScheduleBilevel",
+    "QuadraticReward",
+    "RewardGuidedDenoiser",
+    "TiltDraw",
+    "ddim_sample",
+    "gibbs_tilt",
+    "gibbs_tilt_kl_is",
+    "girsanov_kl",
+    "sliced_wasserstein",
+    "tilt_kl",
+    "upper_objective",
+    "zo_gradient",
+]
