@@ -263,6 +263,17 @@ def test_lexical_judge_numbers_refusals_and_spans(caplog):
         judge("q", "a", "a", "trivia")
 
 
+@settings(max_examples=60, deadline=None)
+@given(value=st.integers(0, 10**12), cents=st.integers(0, 99), dollar=st.booleans(), dot=st.booleans())
+def test_numbers_match_however_they_are_formatted(value, cents, dollar, dot):
+    pretty = (
+        ("$" if dollar else "") + f"{value:,}" + (f".{cents:02d}" if cents else "") + ("." if dot else "")
+    )
+    plain = str(value) + (f".{cents:02d}".rstrip("0") if cents else "")
+    assert normalize_numbers(pretty) == [plain]
+    assert LexicalJudge()("q", pretty, f"It is {plain} in total", "location")
+
+
 def test_llm_judge_needs_an_exact_true_or_false(caplog):
     replies = iter(["True", " false. ", "Maybe true", "TRUE!"])
     judge = LLMJudge(lambda messages: next(replies), model="qwen2.5-72b-instruct")
@@ -499,7 +510,7 @@ def test_quick_gate_fails_for_routers_fit_on_swapped_arm_logs():
     assert report.failed_checks == ["router >= best fixed arm - 2 points"]
 
 
-def test_full_threshold_holds_the_brief_checks():
+def test_full_threshold_holds_the_routing_checks():
     text = experiment.threshold(quick=False)
     assert "router >= best fixed arm + 3 points" in text and "router >= rule router + 2 points" in text
     assert "router on shuffled features <= best fixed arm + 1 point" in text

@@ -95,7 +95,7 @@ FULL = Setting(n_items=600, folds=5)
 
 
 def checks(setting: Setting) -> list[Check]:
-    """The pass rule, written before the first run (brief thresholds; quick: wiring + a loose routing check)."""
+    """The pass rule, written before the first run (quick: the wiring checks and a loose routing check)."""
     wiring = [
         Check("wiring (simulator input): RAG > LC on hallu", lambda m: m["rag_hallu"] > m["lc_hallu"]),
         Check("wiring (simulator input): RAG > LC on 16k docs", lambda m: m["rag_16k"] > m["lc_16k"]),
@@ -225,7 +225,7 @@ def measure(s: Setting, seed: int = 0, variant: str | None = None) -> dict[str, 
 def _figure(m: dict[str, float], out_dir: Path) -> Path:
     fig, (ax1, ax2) = new_figure(1, 2, figsize=(11, 3.8))
     names = ["rag", "lc", "rule", "router_noret", "router_shuffled", "router", "oracle"]
-    labels = ["RAG only", "LC only (sim.)", "guideline rule", "learned,\nno retrieval", "learned,\nshuffled",
+    labels = ["RAG\nonly", "LC only\n(simulated)", "guideline\nrule", "learned,\nno retrieval", "learned,\nshuffled",
               "learned", "oracle"]  # fmt: skip
     ax1.bar(range(len(names)), [m[n] for n in names], color=["C0", "C1", "C2", "C4", "C7", "C3", "0.6"])
     ax1.set_xticks(range(len(names)), labels, fontsize=7)
