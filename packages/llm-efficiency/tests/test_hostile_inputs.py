@@ -683,6 +683,14 @@ SPECS += [
         covers=("SimulatedLCReader", "LCReaderParams"),
     ),
     HostileSpec("RagReader", lambda: le.RagReader(_LRET)(_LITEM, _LDOC), {}, ()),
+    HostileSpec(
+        "LlamaIndexRetriever",
+        lambda: le.LlamaIndexRetriever(lambda doc: type("R", (), {"retrieve": lambda self, q: ["node"]})())(
+            _LDOC, _LITEM.question
+        ),
+        {},
+        (),
+    ),
     HostileSpec("extract_answer", lambda: le.extract_answer(_LITEM.question, _LDOC), {}, ()),
 ]
 EXCLUDED = {

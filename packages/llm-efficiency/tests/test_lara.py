@@ -27,6 +27,7 @@ from icml25.llm_efficiency.lara import (
     HybridRetriever,
     LaraItem,
     LexicalJudge,
+    LlamaIndexRetriever,
     LLMJudge,
     RagLcRouter,
     RagReader,
@@ -226,6 +227,47 @@ def test_reranker_orders_and_k_above_the_number_of_chunks_warns():
     embed = lambda texts: np.array([[t.count("a"), t.count("g") + 1.0] for t in texts])  # noqa: E731
     got = HybridRetriever(k=1, vector_ratio=1.0, embed=embed, chunker=Chunker(None, 3, 0))("g g g a a a", "a")
     assert got[0].text == "a a a" and got[0].source == "dense"
+
+
+class _Node:  # the shape of llama-index's TextNode / NodeWithScore (the library is not a dependency)
+    def __init__(self, text, start):
+        self.text, self.start_char_idx = text, start
+
+    def get_content(self):
+        return self.text
+
+
+class _FakeLlamaRetriever:
+    def __init__(self, doc):
+        self.doc, self.calls = doc, 0
+
+    def retrieve(self, query):
+        self.calls += 1
+        hits = [(s, len(set(query.lower().split()) & set(s.lower().split()))) for s in self.doc.split(". ")]
+        hits.sort(key=lambda h: -h[1])
+        return [
+            type("NodeWithScore", (), {"node": _Node(t, self.doc.index(t)), "score": float(sc)})()
+            for t, sc in hits[:2]
+        ]
+
+
+def test_llama_index_adapter_maps_nodes_and_builds_once_per_document():
+    built = []
+    adapter = LlamaIndexRetriever(lambda doc: built.append(_FakeLlamaRetriever(doc)) or built[-1])
+    got = adapter(DOC, "the revenue of acme")
+    assert [c.text for c in got] == ["The revenue of Acme was 120 dollars", "Acme hired staff."]
+    assert [c.rank for c in got] == [0, 1] and got[0].score == 4.0 and got[0].source == "llama_index"
+    assert got[0].position == pytest.approx(DOC.index("The revenue") / (len(DOC) - 1))
+    adapter(DOC, "acme staff")
+    assert len(built) == 1 and built[0].calls == 2
+    item = LaraItem("32k", "financial", "location", "acme.txt", "What was the revenue of Acme?", "120", {})
+    rows = evaluate_arm(
+        [item], lambda m: "120", "rag", LexicalJudge(), documents={"acme.txt": DOC}, retriever=adapter
+    )
+    assert rows[0]["correct"] and rows[0]["chunks"] == [0, 1]
+    assert router_features(item, got, 32_000, 0.9).shape == (len(FEATURE_NAMES),)
+    with pytest.raises(TypeError, match="build must return an object with retrieve"):
+        LlamaIndexRetriever(lambda doc: object())(DOC, "q")
 
 
 # ---------------------------------------------------------------------------------------------- prompts

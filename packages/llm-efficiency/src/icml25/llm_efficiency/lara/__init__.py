@@ -4,7 +4,7 @@ Li et al., ICML 2025 (official code and data: Alibaba-NLP/LaRA).
 
 * :class:`LaraItem`, :func:`load_lara`, :func:`save_lara`, :func:`read_document` (``data.py``): LaRA's
   released data layout, read from a local copy;
-* :class:`Chunker`, :class:`HybridRetriever`, :class:`DocIndex`, :class:`RetrievedChunk`
+* :class:`Chunker`, :class:`HybridRetriever`, :class:`DocIndex`, :class:`RetrievedChunk`, :class:`LlamaIndexRetriever`
   (``retrieval.py``): 600/100-token chunks, BM25 + dense candidates, optional reranker;
 * :func:`build_prompt`, :func:`evaluate_arm`, :func:`score_predictions`, :func:`fit_context`,
   :class:`HFGenerator` (``pipelines.py``): the RAG and LC solvers over any callable or transformers LM;
@@ -39,6 +39,7 @@ from icml25.llm_efficiency.lara.retrieval import (
     Chunker,
     DocIndex,
     HybridRetriever,
+    LlamaIndexRetriever,
     RetrievedChunk,
     TextChunk,
 )
@@ -79,6 +80,7 @@ __all__ = [
     "LLMJudge",
     "LaraItem",
     "LexicalJudge",
+    "LlamaIndexRetriever",
     "MiniLara",
     "RagLcRouter",
     "RagReader",

@@ -25,7 +25,15 @@ from sklearn.feature_extraction.text import CountVectorizer, TfidfVectorizer
 
 from icml25.llm_efficiency.rapid.retrieval import embedding_scores
 
-__all__ = ["Chunker", "DocIndex", "HybridRetriever", "RetrievedChunk", "TextChunk", "words"]
+__all__ = [
+    "Chunker",
+    "DocIndex",
+    "HybridRetriever",
+    "LlamaIndexRetriever",
+    "RetrievedChunk",
+    "TextChunk",
+    "words",
+]
 
 _TOKEN = re.compile(r"\S+")
 _WORD = re.compile(r"\w+")
@@ -294,3 +302,54 @@ def check_probability(value: object, name: str) -> float:
     if math.isnan(float(value)):
         raise ValueError(f"{name} must not be NaN")
     return float(value)
+
+
+class LlamaIndexRetriever:
+    """Any llama-index retriever as a LaRA retriever (LaRA's own RAG arm runs on llama-index).
+
+    ``build(document) -> retriever`` makes a retriever over one document, e.g. ``lambda doc:
+    VectorStoreIndex.from_documents([Document(text=doc)]).as_retriever(similarity_top_k=5)``; it is called
+    once per document (the last one is cached). ``retriever(doc, question)`` calls ``retrieve(question)`` and
+    maps each returned ``NodeWithScore`` to a :class:`RetrievedChunk` in the returned order: text
+    ``node.get_content()``, score ``score`` (None → 0), ``position`` from the node's ``start_char_idx`` when
+    known (else 0), ``bm25 = dense = score``, ``source = "llama_index"``.
+    """
+
+    def __init__(self, build: Callable[[str], Any]) -> None:
+        if not callable(build):
+            raise TypeError(
+                f"build must be a callable document -> llama-index retriever, got {type(build).__name__}"
+            )
+        self.build = build
+        self._cache: tuple[str, Any] | None = None
+
+    def __call__(self, doc: str, question: str) -> list[RetrievedChunk]:
+        if not isinstance(doc, str):
+            raise TypeError(f"doc must be the document text (str), got {type(doc).__name__}")
+        if not isinstance(question, str) or not question.strip():
+            raise ValueError(f"question must be a non-empty str, got {question!r}")
+        if self._cache is None or self._cache[0] != doc:
+            retriever = self.build(doc)
+            if not hasattr(retriever, "retrieve"):
+                raise TypeError(
+                    f"build must return an object with retrieve(query), got {type(retriever).__name__}"
+                )
+            self._cache = (doc, retriever)
+        nodes = list(self._cache[1].retrieve(question))
+        if not nodes:
+            raise ValueError(f"the llama-index retriever returned no nodes for {question!r}")
+        out = []
+        for rank, hit in enumerate(nodes):
+            node = getattr(hit, "node", hit)
+            text = node.get_content() if hasattr(node, "get_content") else str(getattr(node, "text", ""))
+            score = getattr(hit, "score", None)
+            score = 0.0 if score is None else float(score)
+            if not math.isfinite(score):
+                raise ValueError(f"the llama-index retriever returned a non-finite score for node {rank}")
+            start = getattr(node, "start_char_idx", None)
+            start = int(start) if isinstance(start, numbers.Integral) else -1
+            end = start + len(text) if start >= 0 else -1
+            position = min(1.0, start / max(len(doc) - 1, 1)) if start >= 0 else 0.0
+            chunk = TextChunk(rank, text, -1, -1, start, end)
+            out.append(RetrievedChunk(chunk, rank, score, score, score, "llama_index", position))
+        return out
