@@ -121,7 +121,7 @@ def evaluate_arm(
     judge: Judge | None,
     *,
     documents: str | Path | Mapping[Any, str],
-    retriever: HybridRetriever | None = None,
+    retriever: Callable[[str, str], list[RetrievedChunk]] | None = None,
     window: int | None = None,
     count_tokens: Callable[[str], int] | None = None,
     truncate: Literal["middle"] | None = None,
@@ -130,7 +130,9 @@ def evaluate_arm(
     the retrieved chunk indices (RAG) and, when ``judge`` is given, ``correct`` (``judge=None`` stores
     predictions only; judge them later with :func:`score_predictions`). An empty prediction is scored
     incorrect and logged. ``documents``: a local LaRA root (``load_lara``'s) or a mapping
-    ``(length, context_type, doc_id)`` or ``doc_id`` → text. ``window`` (LC arm): see :func:`fit_context`."""
+    ``(length, context_type, doc_id)`` or ``doc_id`` → text. ``retriever`` (RAG arm): any
+    ``retriever(document, question) -> list[RetrievedChunk]`` (default :class:`HybridRetriever`, or a
+    :class:`LlamaIndexRetriever`). ``window`` (LC arm): see :func:`fit_context`."""
     if arm not in ARMS:
         raise ValueError(f"arm must be 'rag' or 'lc', got {arm!r}")
     if not callable(generate):
