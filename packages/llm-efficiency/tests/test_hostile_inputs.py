@@ -1,6 +1,6 @@
 """Hostile-input contract of icml25.llm_efficiency (CONTRIBUTING.md, "Bad input contract").
 
-P01 SpargeAttn, P03 RAPID and P36 AQUA-KV: every public callable is registered with a valid example call;
+P01 SpargeAttn, P03 RAPID, P36 AQUA-KV, P38 LaRA and the other papers of the package: every public callable is registered with a valid example call;
 :mod:`icml25.kernels.testing` derives the hostile variants and asserts a clear error or a documented,
 finite result.
 """
@@ -565,7 +565,139 @@ SPECS += [
         {"constant": "a constant channel is one long IPU (or all silence): valid statistics"},
     ),
 ]
+# P38 LaRA -------------------------------------------------------------------------------------------
+_LARA_RNG = np.random.default_rng(0)
+_RX = _LARA_RNG.normal(size=(40, 3))
+_RLC = (_RX[:, 0] > 0).astype(np.int64)
+_RRAG = ((_RX[:, 0] <= 0) | (_RX[:, 1] > 1.0)).astype(np.int64)
+_RROUTER = le.RagLcRouter().fit(_RX, _RLC, _RRAG)
+_MINI = le.make_mini_lara(4, seed=0, questions_per_doc=4)
+_LITEM = _MINI.items[0]
+_LDOC = _MINI.document(_LITEM)
+_LRET = le.HybridRetriever(k=3, chunker=le.Chunker(None, 64, 16))
+_LCHUNKS = _LRET(_LDOC, _LITEM.question)
+ROUTE_OK = {
+    "constant": "constant features are valid: every query goes to the arm with the higher base rate",
+    "huge": "tree ensembles only compare feature values: 1e30 routes finitely",
+}
+
+
+class _RouterView(torch.nn.Module):
+    """The live fitted state of a RagLcRouter (the identity of its two fitted classifiers and its predicted
+    gains on a probe set), so ``state_of`` can compare it exactly (``vars`` compares estimators by identity)."""
+
+    def __init__(self, router: object) -> None:
+        super().__init__()
+        self.__dict__.update(_router=router)
+
+    def state_dict(self, *args, **kwargs) -> dict:  # type: ignore[override]
+        r = self._router
+        ids = [id(getattr(r, k, None)) for k in ("lc_model_", "rag_model_")]
+        return {"ids": torch.tensor(ids, dtype=torch.float64), "gain": torch.from_numpy(r.predict_gain(_RX))}
+
+
+def _lara_fit_setup():
+    router = le.RagLcRouter().fit(_RX, _RLC, _RRAG)
+    return (lambda features: router.fit(features, _RLC, _RRAG)), {"features": _RX}, _RouterView(router)
+
+
+SPECS += [
+    HostileSpec(
+        "RagLcRouter.fit",
+        arrays=("features",),
+        allow=ROUTE_OK,
+        setup=_lara_fit_setup,
+        covers=("RagLcRouter",),
+    ),
+    HostileSpec(
+        "RagLcRouter.predict",
+        lambda features: _RROUTER.predict(features),
+        {"features": _RX},
+        ("features",),
+        ROUTE_OK,
+    ),
+    HostileSpec(
+        "routed_accuracy",
+        le.routed_accuracy,
+        {"route": _RLC, "lc_correct": _RLC, "rag_correct": _RRAG},
+        ("route", "lc_correct", "rag_correct"),
+        {"constant": "constant 0/1 outcomes are valid: the accuracy of one arm"},
+    ),
+    HostileSpec(
+        "router_features",
+        lambda n_ctx_tokens, model_strength: le.router_features(
+            _LITEM, _LCHUNKS, n_ctx_tokens, model_strength
+        ),
+        {"n_ctx_tokens": 4096, "model_strength": 0.8},
+        ("model_strength",),
+    ),
+    HostileSpec(
+        "guideline_route",
+        lambda model_strength: le.guideline_route("comp", 4000, model_strength),
+        {"model_strength": 0.8},
+        ("model_strength",),
+    ),
+    HostileSpec(
+        "HybridRetriever",
+        lambda question: _LRET(_LDOC, question),
+        {"question": _LITEM.question},
+        (),
+        covers=("HybridRetriever", "Chunker", "DocIndex", "RetrievedChunk", "TextChunk"),
+    ),
+    HostileSpec(
+        "build_prompt",
+        lambda: le.build_prompt(_LITEM, "rag", chunks=_LCHUNKS),
+        {},
+        (),
+        covers=("build_prompt", "LaraItem"),
+    ),
+    HostileSpec(
+        "evaluate_arm",
+        lambda: le.score_predictions(
+            le.evaluate_arm(
+                [_LITEM], lambda m: "12", "rag", None, documents=_MINI.documents, retriever=_LRET
+            ),
+            le.LexicalJudge(),
+        ),
+        {},
+        (),
+        covers=("evaluate_arm", "score_predictions", "LexicalJudge", "MiniLara", "make_mini_lara"),
+    ),
+    HostileSpec(
+        "fit_context", lambda window: le.fit_context("a b c d", window, truncate="middle"), {"window": 3}, ()
+    ),
+    HostileSpec(
+        "LLMJudge",
+        lambda: le.LLMJudge(lambda m: "True", model="judge")("q", "a", "p", "location"),
+        {},
+        (),
+    ),
+    HostileSpec("is_refusal", lambda: le.is_refusal("It is not mentioned."), {}, ()),
+    HostileSpec("normalize_numbers", lambda: le.normalize_numbers("$2,576,340."), {}, ()),
+    HostileSpec("question_cues", lambda: le.question_cues("Comparing A and B?"), {}, ()),
+    HostileSpec(
+        "SimulatedLCReader",
+        lambda: le.SimulatedLCReader(le.LCReaderParams("r", 0.1, 0.1, 0.1, 0.2))(_LITEM, _LDOC),
+        {},
+        (),
+        covers=("SimulatedLCReader", "LCReaderParams"),
+    ),
+    HostileSpec("RagReader", lambda: le.RagReader(_LRET)(_LITEM, _LDOC), {}, ()),
+    HostileSpec(
+        "LlamaIndexRetriever",
+        lambda: le.LlamaIndexRetriever(lambda doc: type("R", (), {"retrieve": lambda self, q: ["node"]})())(
+            _LDOC, _LITEM.question
+        ),
+        {},
+        (),
+    ),
+    HostileSpec("extract_answer", lambda: le.extract_answer(_LITEM.question, _LDOC), {}, ()),
+]
 EXCLUDED = {
+    "HFGenerator": "runs a transformers model on chat messages (extra [hf]); windows and truncation in test_lara.py",
+    "load_lara": "reads a LaRA directory; missing files, bad JSON and unknown tasks are tested in test_lara.py",
+    "read_document": "reads one file; a missing document is tested in test_lara.py",
+    "save_lara": "writes a LaRA directory; round trip tested in test_lara.py",
     "BiMambaMixer": "an nn.Module of the VimTiny backbone (exercised through VimTiny); validates its config",
     "VimBlock": "an nn.Module of the VimTiny backbone (exercised through VimTiny)",
     "add_mask_token": "edits a transformers tokenizer and resizes a model (extra [hf]); no array input",

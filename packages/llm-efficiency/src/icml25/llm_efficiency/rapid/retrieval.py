@@ -213,6 +213,24 @@ def _words(text: str) -> list[str]:
     return _WORD.findall(text.lower())
 
 
+def embedding_scores(
+    embed: Callable[[list[str]], Any], texts: Sequence[str], query: str, name: str = "scorer"
+) -> np.ndarray:
+    """Cosine similarity of ``query`` to each of ``texts`` under a dense embedder ``embed(texts) -> (n, d)``
+    (called once on ``[*texts, query]``; zero vectors score 0). ``name`` is the argument named in errors."""
+    emb = np.asarray(embed([*texts, query]), dtype=np.float64)
+    if emb.ndim != 2 or emb.shape[0] != len(texts) + 1:
+        raise ValueError(
+            f"{name} must return an array of shape ({len(texts) + 1}, dim) for {len(texts) + 1} texts, "
+            f"got shape {emb.shape}"
+        )
+    if not np.isfinite(emb).all():
+        raise ValueError(f"{name} returned non-finite embeddings")
+    norms = np.linalg.norm(emb, axis=1, keepdims=True)
+    emb = emb / np.where(norms > 0, norms, 1.0)
+    return emb[:-1] @ emb[-1]
+
+
 def retrieve(
     chunks: Sequence[Chunk | str],
     query: str,
@@ -254,17 +272,7 @@ def retrieve(
         fn = bm25_scores if scorer == "bm25" else tfidf_scores
         scores = fn(docs, list(terms(query)))
     elif callable(scorer):
-        emb = np.asarray(scorer([*texts, query]), dtype=np.float64)
-        if emb.ndim != 2 or emb.shape[0] != len(texts) + 1:
-            raise ValueError(
-                f"scorer must return an array of shape ({len(texts) + 1}, dim) for {len(texts) + 1} texts, "
-                f"got shape {emb.shape}"
-            )
-        if not np.isfinite(emb).all():
-            raise ValueError("scorer returned non-finite embeddings")
-        norms = np.linalg.norm(emb, axis=1, keepdims=True)
-        emb = emb / np.where(norms > 0, norms, 1.0)
-        scores = emb[:-1] @ emb[-1]
+        scores = embedding_scores(scorer, texts, query)
     else:
         raise TypeError(f"scorer must be 'bm25', 'tfidf' or a callable, got {type(scorer).__name__}")
     return "\n\n".join(texts[i] for i in select_chunks(scores, k, threshold))
