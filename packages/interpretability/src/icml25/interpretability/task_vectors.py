@@ -327,8 +327,6 @@ def _batch_positions(batch: Mapping[str, Any], position: Any, B: int, T: int) ->
             if bool((pos < 0).any()):
                 raise ValueError(f"position={position} lies before the start of a padded prompt")
             return pos.long().cpu()
-        if mask is None and "pad_token_id" in batch:
-            raise ValueError("a padded batch needs its attention_mask")
     return _positions(position, B, T)
 
 

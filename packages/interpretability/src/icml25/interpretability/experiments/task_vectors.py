@@ -12,8 +12,8 @@ Our CPU-scale setting (:class:`Setting` gives each knob's paper value next to ou
 trained from scratch on text-only ICL, image-only ICL and instruction prompts (never text demos with an image
 query) for the tasks successor / double / parity / complement of the digit ``k``, each with its own output
 tokens. A summary token ``S`` follows the demonstrations and a 4-D attention mask lets the query see only
-``BOS``, ``S`` and itself, so ``S`` is the task channel by construction (a free-attention 4-layer toy gathers
-the task directly from the demos and has no patchable vector); whether text-demo and image-demo summaries are
+``BOS``, ``S`` and itself, so ``S`` is the task channel by construction (in a free-attention prototype, a
+4-layer toy gathered the task directly from the demos and held no patchable vector); whether text-demo and image-demo summaries are
 *interchangeable* stays emergent, and that is the claim tested. Vectors are means over validation prompts,
 read at ``S`` from every decoder layer; the layer is the best text->image layer on validation queries
 (held-out digits), and every number is test accuracy at that layer.
@@ -310,6 +310,7 @@ def plot(out_dir: str | Path, curves: dict[str, dict[int, float]], m: dict[str, 
     ax.axhline(m["no_context"], color="grey", ls="--", label="(a) no context")
     ax.axhline(m["cross_modal_prompt"], color="black", ls=":", label="(b) text demos in context")
     ax.axvline(layer, color="red", alpha=0.3, label="layer chosen on validation")
+    ax.set_xticks(sorted(curves["text"]))
     ax.set_xlabel("patched layer (output of decoder block)")
     ax.set_ylabel("image-query accuracy (test)")
     ax.set_ylim(0, 1.02)
