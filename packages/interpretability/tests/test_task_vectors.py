@@ -262,6 +262,16 @@ def test_toy_data_layout_and_the_image_path_of_the_toy_model() -> None:
         out2 = toy(**tv._model_inputs(b2)).logits
     # images change the outputs at and after the first image; before it (BOS) nothing changes
     assert torch.equal(out[:, 0], out2[:, 0]) and float((out[:, 1] - out2[:, 1]).abs().max()) > 0
+    # the free-attention toy: the same prompts with a plain causal mask, equal to no mask at all
+    free_data = tv.ToyTaskData((0, 3), n_shots=2, seed=0, bottleneck=False)
+    free = free_data.icl(3, 4, "image", "test", query_modality="text", seed=1)
+    assert torch.equal(free["input_ids"], b["input_ids"])
+    causal = torch.ones(12, 12, dtype=torch.bool).tril()
+    assert torch.equal(free["attention_mask"][:, 0] == 0, causal.expand(4, 12, 12))
+    with torch.no_grad():
+        plain = toy(**{k: v for k, v in tv._model_inputs(free).items() if k != "attention_mask"}).logits
+        torch.testing.assert_close(toy(**tv._model_inputs(free)).logits, plain, atol=1e-5, rtol=1e-5)
+    assert float((plain[:, -1] - out[:, -1]).abs().max()) > 1e-4  # the bottleneck hides the demos
 
 
 # ----------------------------------------------------------------------------- reproduction

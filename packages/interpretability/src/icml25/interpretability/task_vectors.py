@@ -721,10 +721,14 @@ class ToyTaskData:
     * :meth:`instruction`: ``BOS [INSTR_task] S x_q ->``;
     * :meth:`zero_shot`: ``BOS S x_q ->`` (``position`` = 1);
     * ``source=True`` stops a prompt at ``S`` (extraction needs nothing after it: the model is causal);
+    * ``bottleneck=False`` keeps ``S`` but gives every prompt plain causal attention (the query sees the
+      demonstrations: the free-attention toy);
     * ``entity`` holds the query's ``k`` (not a model input), so :meth:`relabel` gives another task's answers.
     """
 
-    def __init__(self, tasks: Sequence[int] = (0, 1, 2, 3), n_shots: int = 5, seed: int = 0) -> None:
+    def __init__(
+        self, tasks: Sequence[int] = (0, 1, 2, 3), n_shots: int = 5, seed: int = 0, bottleneck: bool = True
+    ) -> None:
         from sklearn.datasets import load_digits
 
         if (
@@ -738,7 +742,7 @@ class ToyTaskData:
             )
         if isinstance(n_shots, bool) or not isinstance(n_shots, int) or not 1 <= n_shots <= 10:
             raise ValueError(f"n_shots must be an int in [1, 10], got {n_shots!r}")
-        self.tasks, self.n_shots = tuple(int(t) for t in tasks), n_shots
+        self.tasks, self.n_shots, self.bottleneck = tuple(int(t) for t in tasks), n_shots, bool(bottleneck)
         self.table = torch.tensor([[t.offset + t.fn(k) for k in range(10)] for t in TOY_TASKS])
         self._offset = torch.tensor([t.offset for t in TOY_TASKS])
         self._n_out = torch.tensor([t.n_out for t in TOY_TASKS])
@@ -793,16 +797,16 @@ class ToyTaskData:
         pix = X[pick] * image[..., None]
         return tok, pix
 
-    @staticmethod
-    def _pack(ids: Tensor, pix: Tensor, img: Tensor, summary: int, labels: Tensor, entity: Tensor,
+    def _pack(self, ids: Tensor, pix: Tensor, img: Tensor, summary: int, labels: Tensor, entity: Tensor,
               masked: bool) -> dict[str, Tensor]:  # fmt: skip
         B, T = ids.shape
         pos = torch.full((B,), summary, dtype=torch.long)
         out = {"input_ids": ids, "pixel_values": pix, "image_mask": img, "position": pos, "labels": labels,
                "entity": entity}  # fmt: skip
-        if masked:
+        if masked:  # bottleneck=False: plain causal attention (as a 4-D mask, so batches can be padded)
+            cut = pos if self.bottleneck else torch.full((B,), T - 1)
             out["attention_mask"] = bottleneck_mask(
-                torch.ones(B, T, dtype=torch.bool), pos, torch.zeros(B, dtype=torch.long)
+                torch.ones(B, T, dtype=torch.bool), cut, torch.zeros(B, dtype=torch.long)
             )
         return out
 

@@ -12,8 +12,8 @@ Our CPU-scale setting (:class:`Setting` gives each knob's paper value next to ou
 trained from scratch on text-only ICL, image-only ICL and instruction prompts (never text demos with an image
 query) for the tasks successor / double / parity / complement of the digit ``k``, each with its own output
 tokens. A summary token ``S`` follows the demonstrations and a 4-D attention mask lets the query see only
-``BOS``, ``S`` and itself, so ``S`` is the task channel by construction (in a free-attention prototype, a
-4-layer toy gathered the task directly from the demos and held no patchable vector); whether text-demo and image-demo summaries are
+``BOS``, ``S`` and itself, so ``S`` is the task channel by construction (without it the toy gathers the
+task directly from the demos and holds no patchable vector: the full run reports that free-attention toy); whether text-demo and image-demo summaries are
 *interchangeable* stays emergent, and that is the claim tested. Vectors are means over validation prompts,
 read at ``S`` from every decoder layer; the layer is the best text->image layer on validation queries
 (held-out digits), and every number is test accuracy at that layer.
@@ -99,10 +99,15 @@ class Setting:
     """Validation prompts averaged into one task vector (paper: the validation split; ours 200, quick 64)."""
     n_eval: int = 200
     """Zero-shot queries per task and split (ours 200, quick 100)."""
+    free_attention: bool = True
+    """Also train the toy without the bottleneck and report its patching at the final delimiter (no gate;
+    planned as a report; quick: skipped)."""
 
 
 FULL = Setting(n_layers=4, d_model=128, n_tasks=4, steps=600, batch_size=64)
-QUICK = Setting(n_layers=3, d_model=32, n_tasks=2, steps=150, batch_size=32, n_vec=64, n_eval=100)
+QUICK = Setting(
+    n_layers=3, d_model=32, n_tasks=2, steps=150, batch_size=32, n_vec=64, n_eval=100, free_attention=False
+)
 
 MIN_PATCH = 0.6
 MIN_CROSS_RATIO = 0.75
@@ -180,12 +185,14 @@ def cosines(text: dict[int, torch.Tensor], image: dict[int, torch.Tensor], layer
 
 
 @functools.lru_cache(maxsize=2)
-def train_toy(setting: Setting, seed: int) -> tuple[ToyVLM, ToyTaskData, tuple[float, ...]]:
+def train_toy(
+    setting: Setting, seed: int, bottleneck: bool = True
+) -> tuple[ToyVLM, ToyTaskData, tuple[float, ...]]:
     """The toy VLM trained on its data (cached, so that the broken variant reuses the weights: a model is
-    never modified after training)."""
-    data = ToyTaskData(list(range(setting.n_tasks)), setting.n_shots, seed=seed)
+    never modified after training); ``bottleneck=False``: the free-attention toy."""
+    data = ToyTaskData(list(range(setting.n_tasks)), setting.n_shots, seed=seed, bottleneck=bottleneck)
     model = ToyVLM(setting.n_layers, setting.d_model, setting.n_heads, seed=seed)
-    bar = progress(total=setting.steps, desc=f"P00 toy VLM seed={seed}")
+    bar = progress(total=setting.steps, desc=f"P00 toy VLM seed={seed} bottleneck={bottleneck}")
     losses = train_toy_vlm(
         model, data, setting.steps, setting.batch_size, setting.lr, seed=seed + 1000,
         callback=lambda _s, _l: bar.update(1),
@@ -268,6 +275,8 @@ def evaluate(
     m["cos_same_task"], m["cos_same_modality"] = cosines(src["text"], src["image"], layer)
     m["cos_same_task_layer0"], m["cos_same_modality_layer0"] = cosines(src["text"], src["image"], 0)
     m["layer"] = float(layer)
+    if setting.free_attention and broken is None:
+        m.update(free_attention_report(setting, seed))
     for k, v in val_curve.items():
         m[f"val_text_patch_l{k}"] = v
     m["final_loss"] = float(np.mean(losses[-20:]))
@@ -295,6 +304,44 @@ def evaluate(
             + (f" BROKEN variant: {broken}." if broken else "")
         ),
     )
+
+
+def free_attention_report(setting: Setting, seed: int) -> dict[str, float]:
+    """The toy trained without the bottleneck (the query sees the demonstrations): vectors read at the final
+    ``->`` of full ICL prompts (the paper's position; the last example acts as the query), patched at the
+    final ``->`` of zero-shot image queries; layer chosen on validation. Reported, not gated."""
+    model, data, _ = train_toy(setting, seed, bottleneck=False)
+    g = torch.Generator().manual_seed(seed + 3000)
+    tasks, n = list(range(setting.n_tasks)), setting.n_eval
+    vec = {
+        kind: {t: extract_task_vectors(model, data.icl(t, setting.n_vec, kind, generator=g), position=-1) for t in tasks}
+        for kind in ("text", "image")
+    }  # fmt: skip
+    val = {t: data.zero_shot(t, n, "image", "val", generator=g) for t in tasks}
+    test = {t: data.zero_shot(t, n, "image", "test", generator=g) for t in tasks}
+
+    def sweep(kind: str, queries: dict[int, dict[str, torch.Tensor]]) -> dict[int, float]:
+        per = [layer_sweep(model, vec[kind][t], queries[t], position=-1) for t in tasks]
+        return {layer: float(np.mean([p[layer] for p in per])) for layer in range(setting.n_layers)}
+
+    val_curve = sweep("text", val)
+    layer = max(val_curve, key=lambda k: (val_curve[k], -k))
+    return {
+        "free_no_context": float(np.mean([patched_accuracy(model, None, 0, test[t]) for t in tasks])),
+        "free_cross_modal_prompt": float(
+            np.mean(
+                [
+                    patched_accuracy(
+                        model, None, 0, data.icl(t, n, "text", "test", query_modality="image", generator=g)
+                    )
+                    for t in tasks
+                ]
+            )
+        ),
+        "free_text_patch": sweep("text", test)[layer],
+        "free_image_patch": sweep("image", test)[layer],
+        "free_layer": float(layer),
+    }
 
 
 def plot(out_dir: str | Path, curves: dict[str, dict[int, float]], m: dict[str, float], layer: int) -> Path:
