@@ -894,9 +894,124 @@ SPECS += [
         allow={"constant": "one class for every sample"},
     ),
 ]
+# ------------------------------------------------------------------------------------------ P00
+_P00_IDS = torch.tensor([[5, 6, 10, 7, 6, 11], [5, 6, 12, 7, 6, 13]])
+_P00_DATA = ip.ToyTaskData((0, 1), n_shots=2, seed=0)
+
+
+def _p00_model() -> torch.nn.Module:
+    return ip.tiny_llama(vocab_size=20, n_layers=2, n_heads=2, d_model=8, seed=0)
+
+
+def _p00_batch() -> dict:
+    return {"input_ids": _P00_IDS, "position": torch.tensor([4, 4]), "labels": torch.tensor([3, 4])}
+
+
+def _p00_patch(vector):
+    model = _p00_model()
+    with torch.no_grad(), ip.patch_task_vector(model, vector, 0, 4):
+        return model(input_ids=_P00_IDS).logits
+
+
+def _p00_toy(pixel_values):
+    b = _P00_DATA.icl(0, 2, "image", seed=0)
+    return ip.ToyVLM(1, 8, 2, seed=0)(b["input_ids"], pixel_values, b["image_mask"]).logits
+
+
+SPECS += [
+    HostileSpec(
+        "find_delimiter_positions",
+        lambda input_ids: ip.find_delimiter_positions(input_ids, 6, which=-1),
+        {"input_ids": _P00_IDS},
+        ("input_ids",),
+    ),
+    HostileSpec(
+        "extract_task_vectors",
+        lambda input_ids: ip.extract_task_vectors(_p00_model(), {"input_ids": input_ids}, position=-1),
+        {"input_ids": _P00_IDS},
+        ("input_ids",),
+        allow={"constant": "a constant token sequence has finite states"},
+        covers=("extract_task_vectors", "decoder_layers"),
+    ),
+    HostileSpec(
+        "patch_task_vector",
+        _p00_patch,
+        {"vector": torch.randn(8, generator=_g)},
+        ("vector",),
+        allow={
+            "constant": "a constant vector is a valid state",
+            "extra_dim": "[d, 1] is read as [B, d] with B = 8 and d = 1: rejected unless d matches",
+        },
+        known={"huge": "1e30-scaled states overflow the float32 model to Inf after the patch (no error)"},
+        covers=("patch_task_vector", "PatchHandle"),
+    ),
+    HostileSpec(
+        "ensemble",
+        lambda vectors: ip.ensemble(*vectors),
+        {"vectors": [torch.randn(2, 8, generator=_g), torch.randn(2, 8, generator=_g)]},
+        (("vectors", 0), ("vectors", 1)),
+        allow={"constant": "a constant vector is valid", "huge": "the mean of finite vectors is finite"},
+    ),
+    HostileSpec(
+        "layer_sweep",
+        lambda vectors: ip.layer_sweep(_p00_model(), vectors, _p00_batch()),
+        {"vectors": torch.randn(2, 8, generator=_g)},
+        ("vectors",),
+        allow={
+            "constant": "a constant vector is a valid state",
+            "huge": "accuracy of any finite patch is finite",
+        },
+        covers=("layer_sweep", "patched_accuracy", "first_token_correct"),
+    ),
+    HostileSpec(
+        "evaluate_task_vectors",
+        lambda vectors: ip.evaluate_task_vectors(_p00_model(), vectors, _p00_batch(), _p00_batch()),
+        {"vectors": torch.randn(2, 8, generator=_g)},
+        ("vectors",),
+        allow={
+            "constant": "a constant vector is a valid state",
+            "huge": "accuracy of any finite patch is finite",
+        },
+        covers=("evaluate_task_vectors", "TaskVectorResult"),
+    ),
+    HostileSpec(
+        "cross_model_transfer",
+        lambda input_ids: ip.cross_model_transfer(
+            _p00_model(), _p00_model(), {"input_ids": input_ids}, position=-1
+        ),
+        {"input_ids": _P00_IDS},
+        ("input_ids",),
+        allow={"constant": "a constant token sequence has finite states"},
+    ),
+    HostileSpec(
+        "bottleneck_mask",
+        lambda summary: ip.bottleneck_mask(
+            torch.ones(2, 6, dtype=torch.bool), summary, torch.zeros(2, dtype=torch.long)
+        ),
+        {"summary": torch.tensor([3, 4])},
+        ("summary",),
+        allow={"constant": "one summary position for every prompt"},
+    ),
+    HostileSpec(
+        "ToyVLM",
+        _p00_toy,
+        {"pixel_values": _P00_DATA.icl(0, 2, "image", seed=0)["pixel_values"]},
+        ("pixel_values",),
+        allow={"constant": "a constant image is a valid input"},
+        known={"huge": "1e30-scaled pixels overflow the float32 model to Inf (no error)"},
+        covers=("ToyVLM", "ToyTaskData"),
+    ),
+    HostileSpec(
+        "train_toy_vlm",
+        lambda lr: ip.train_toy_vlm(ip.ToyVLM(1, 8, 2, seed=0), _P00_DATA, steps=2, batch_size=4, lr=lr),
+        {"lr": 1e-3},
+        ("lr",),
+    ),
+]
 EXCLUDED = {
+    "answer_match": "compares two strings (no arrays); its bad inputs are tested in test_task_vectors.py",
     "from_saelens": "loads a SAELens state dict + cfg; the dict's tensors are checked by its own tests "
-    "(an estimator constructor, not array math)"
+    "(an estimator constructor, not array math)",
 }
 
 

@@ -154,6 +154,26 @@ from icml25.interpretability.saeuron import (
     to_patches,
     train_ddpm,
 )
+from icml25.interpretability.task_vectors import (
+    TOY_TASKS,
+    PatchHandle,
+    TaskVectorResult,
+    ToyTaskData,
+    ToyVLM,
+    answer_match,
+    bottleneck_mask,
+    cross_model_transfer,
+    decoder_layers,
+    ensemble,
+    evaluate_task_vectors,
+    extract_task_vectors,
+    find_delimiter_positions,
+    first_token_correct,
+    layer_sweep,
+    patch_task_vector,
+    patched_accuracy,
+    train_toy_vlm,
+)
 
 __version__ = _distribution_version("icml25-interpretability")
 
@@ -173,6 +193,25 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [  # noqa: RUF022 (grouped by paper)
     "__version__",
+    # P00 cross-modal task vectors
+    "TOY_TASKS",
+    "PatchHandle",
+    "TaskVectorResult",
+    "ToyTaskData",
+    "ToyVLM",
+    "answer_match",
+    "bottleneck_mask",
+    "cross_model_transfer",
+    "decoder_layers",
+    "ensemble",
+    "evaluate_task_vectors",
+    "extract_task_vectors",
+    "find_delimiter_positions",
+    "first_token_correct",
+    "layer_sweep",
+    "patch_task_vector",
+    "patched_accuracy",
+    "train_toy_vlm",
     # P19 SAeUron concept unlearning with SAE features
     "ActivationCapture",
     "DigitsDDPM",
