@@ -194,3 +194,26 @@ __all__ = [
     "untile_tokens",
     "weighted_quantile_loss",
 ]
+
+# P18 CM² copula fusion (appended block)
+from icml25.generative_models.copula_multimodal import (
+    BivariateCopula,
+    CopulaFusionClassifier,
+    CopulaFusionNet,
+    CopulaJoint,
+    GaussianMixtureMarginal,
+    copula_log_cdf,
+    copula_log_density,
+    sample_gumbel_copula,
+)
+
+__all__ += [
+    "BivariateCopula",
+    "CopulaFusionClassifier",
+    "CopulaFusionNet",
+    "CopulaJoint",
+    "GaussianMixtureMarginal",
+    "copula_log_cdf",
+    "copula_log_density",
+    "sample_gumbel_copula",
+]
