@@ -375,3 +375,16 @@ def test_quick_gate_fails_for_cdf_as_density_variant() -> None:
         report = exp.evaluate(exp.QUICK, 0, model_kwargs={"official_gumbel_density": True})
     assert report.passed is False
     assert report.failed_checks == [exp.checks(exp.QUICK)[1].name]
+
+
+def test_imputation_r2_of_a_constant_fill_is_exactly_minus_the_offset() -> None:
+    """R² of a constant imputation c is −n‖c − h̄‖² / Σ‖h − h̄‖² ≤ 0 (the R² check's baseline claim)."""
+    from icml25.generative_models.experiments import copula_multimodal as exp
+
+    train, test = exp.make_data(200, 0.3, seed=1), exp.make_data(100, 0.5, seed=2)
+    est = CopulaFusionClassifier(n_features_a=16, impute="zeros", lambda_cop=0.0, epochs=1, seed=0)
+    est.fit(train["X"], train["y"])
+    h = est.embed(test["X"][~test["b_missing"]])["h_b"].astype(np.float64)
+    expected = -len(h) * (h.mean(0) ** 2).sum() / ((h - h.mean(0)) ** 2).sum()
+    assert exp.imputation_r2(est, test) == pytest.approx(expected, rel=1e-4)
+    assert expected < 0

@@ -451,7 +451,8 @@ class CopulaJoint(nn.Module):
         ``"conditional"``: ``Σ_k r_k μ_k`` of the missing modality (``r`` from :meth:`posterior`); with
         ``sample=True`` a component ``k ~ r`` and ``μ_k + σ_k ε``. ``"marginal_official"``: the official
         unconditional ``Σ_k π_k (μ_k + σ_k ε_k)`` (``ε = 0`` when ``sample=False``). ``"zeros"``: zeros.
-        Detached (no gradient into the mixtures) unless ``detach=False``.
+        Detached (no gradient into the mixtures) unless ``detach=False``. Draws use ``generator`` (default: a
+        generator seeded with 0, so repeated calls agree).
         """
         if missing not in ("A", "B"):
             raise ValueError(f"missing must be 'A' or 'B', got {missing!r}")
@@ -703,6 +704,9 @@ class CopulaFusionClassifier(ClassifierMixin, BaseEstimator):
         self.lr = lr
         self.copula_lr = copula_lr
         self.seed = seed
+
+    def _more_tags(self) -> dict:  # scikit-learn < 1.6
+        return {"allow_nan": True}
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
