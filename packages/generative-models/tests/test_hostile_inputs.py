@@ -1040,3 +1040,86 @@ def test_tarflow_rejected_loss_keeps_parameters() -> None:
     with pytest.raises(ValueError, match="x must be finite"):
         gm.tarflow_loss(model, bad)
     assert kt.states_equal(before, kt.snapshot_state(model))
+
+
+# ---- P18 CM² copula fusion ----------------------------------------------------------------------------
+
+_LU = torch.tensor([-0.5, -1.2, -0.1, -3.0], dtype=torch.float64)
+_LV = torch.tensor([-0.2, -2.0, -0.7, -0.05], dtype=torch.float64)
+_H3 = torch.randn(4, 3, generator=_g)
+_CM_X = np.random.default_rng(0).normal(size=(24, 5))
+_CM_X[::3, 2:] = np.nan  # B missing in every third row
+_CM_Y = np.arange(24) % 2
+CLAMPED = "log u = -inf (u = 0) and huge negative log u are clamped to [-50, -1e-7] by design: finite"
+CONST_CM = "constant inputs are valid: the density/embedding is finite"
+
+
+def _cm_joint() -> gm.CopulaJoint:
+    return gm.CopulaJoint(3, 3, n_components=2, seed=0)
+
+
+def _cm_net_forward():
+    torch.manual_seed(0)
+    net = gm.CopulaFusionNet(torch.nn.Linear(3, 4), torch.nn.Linear(2, 4), 4, seed=0)
+    b_p = torch.tensor([True, False, True, True])
+    return (lambda x_a, x_b: net(x_a, x_b, None, b_p)["logits"]), {"x_a": _H3, "x_b": _H3[:, :2]}, None
+
+
+def _cm_classifier() -> gm.CopulaFusionClassifier:
+    return gm.CopulaFusionClassifier(
+        n_features_a=2, embed_dim=3, hidden=4, n_layers=1, epochs=2, batch_size=8
+    )
+
+
+def _cm_fit():
+    est = _cm_classifier()
+    return est.fit, {"X": _CM_X, "y": _CM_Y}, _FittedView(est, "net_", ("mean_", "scale_"))
+
+
+def _cm_predict():
+    est = _cm_classifier().fit(_CM_X, _CM_Y)
+    return est.predict_proba, {"X": _CM_X}, _FittedView(est, "net_", ("mean_", "scale_"))
+
+
+def _p18_specs() -> list[HostileSpec]:
+    log_uv = {"neginf": CLAMPED, "huge": CLAMPED, "constant": CONST_CM}
+    return [
+        HostileSpec("copula_log_density", lambda log_u, log_v: gm.copula_log_density("gumbel", log_u, log_v, 2.0),
+                    {"log_u": _LU, "log_v": _LV}, ("log_u", "log_v"), allow=log_uv),
+        HostileSpec("copula_log_cdf", lambda log_u, log_v: gm.copula_log_cdf("clayton", log_u, log_v, 1.5),
+                    {"log_u": _LU, "log_v": _LV}, ("log_u", "log_v"), allow=log_uv),
+        HostileSpec("BivariateCopula.log_density",
+                    lambda log_u, log_v: gm.BivariateCopula("frank", 4.0).log_density(log_u, log_v),
+                    {"log_u": _LU, "log_v": _LV}, ("log_u", "log_v"), allow=log_uv, covers=("BivariateCopula",)),
+        HostileSpec("sample_gumbel_copula", gm.sample_gumbel_copula, {"n": 5, "theta": 2.0, "seed": 0},
+                    ("theta",)),
+        HostileSpec("GaussianMixtureMarginal.log_prob",
+                    lambda h: gm.GaussianMixtureMarginal(3, 2, seed=0).log_prob(h), {"h": _H3}, ("h",),
+                    allow={"constant": CONST_CM}, covers=("GaussianMixtureMarginal",)),
+        HostileSpec("CopulaJoint.forward", lambda h_a, h_b: _cm_joint()(h_a, h_b), {"h_a": _H3, "h_b": _H3 + 1},
+                    ("h_a", "h_b"), allow={"constant": CONST_CM}, covers=("CopulaJoint",)),
+        HostileSpec("CopulaJoint.impute", lambda h_obs: _cm_joint().impute(h_obs, "B"), {"h_obs": _H3},
+                    ("h_obs",), allow={"constant": CONST_CM}, covers=("CopulaJoint",)),
+        HostileSpec("CopulaFusionNet.forward", setup=_cm_net_forward, arrays=("x_a", "x_b"),
+                    allow={"constant": CONST_CM}, covers=("CopulaFusionNet",)),
+        HostileSpec("CopulaFusionClassifier.fit", setup=_cm_fit, arrays=("X",),
+                    allow={"constant": "constant features are valid: standardisation falls back to scale 1"},
+                    covers=("CopulaFusionClassifier",)),
+        HostileSpec("CopulaFusionClassifier.predict_proba", setup=_cm_predict, arrays=("X",),
+                    allow={"constant": "constant features get finite probabilities"},
+                    covers=("CopulaFusionClassifier",)),
+    ]  # fmt: skip
+
+
+SPECS += _p18_specs()  # extends the registry in place: pytest reads it at collection time
+
+
+def test_copula_classifier_rejected_fit_keeps_state() -> None:
+    est = _cm_classifier().fit(_CM_X, _CM_Y)
+    view = _FittedView(est, "net_", ("mean_", "scale_"))
+    before = kt.snapshot_state(view)
+    bad = _CM_X.copy()
+    bad[1, 0] = np.inf
+    with pytest.raises(ValueError, match="X must be finite"):
+        est.fit(bad, _CM_Y)
+    assert kt.states_equal(before, kt.snapshot_state(view))

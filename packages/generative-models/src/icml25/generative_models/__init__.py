@@ -235,3 +235,26 @@ __all__ += [
     "upper_objective",
     "zo_gradient",
 ]
+
+# P18 CM² copula fusion (appended block)
+from icml25.generative_models.copula_multimodal import (
+    BivariateCopula,
+    CopulaFusionClassifier,
+    CopulaFusionNet,
+    CopulaJoint,
+    GaussianMixtureMarginal,
+    copula_log_cdf,
+    copula_log_density,
+    sample_gumbel_copula,
+)
+
+__all__ += [
+    "BivariateCopula",
+    "CopulaFusionClassifier",
+    "CopulaFusionNet",
+    "CopulaJoint",
+    "GaussianMixtureMarginal",
+    "copula_log_cdf",
+    "copula_log_density",
+    "sample_gumbel_copula",
+]
