@@ -220,7 +220,10 @@ def test_forecaster_learns_sine_and_is_reproducible() -> None:
     t = torch.arange(600, dtype=torch.float32)
     series = torch.stack([torch.sin(2 * np.pi * t / 16), torch.cos(2 * np.pi * t / 16)], 1) * 3 + 5
     fc = K2VAEForecaster(32, 16, steps=150, seed=0, **SMALL).fit(series)
-    assert fc.loss_history_[-1] < 0.5 * fc.loss_history_[0]
+    # the loss of one minibatch spikes now and then (51 vs a median of 1.27 at the last step with one
+    # thread, not with two): compare the medians of the first and last 15 steps, not two single minibatches
+    history = torch.tensor(fc.loss_history_)
+    assert float(history[-15:].median()) < 0.5 * float(history[:15].median())
     s = fc.predict(series[-32:], num_samples=50)
     assert s.shape == (50, 16, 2)
     truth = torch.stack([torch.sin(2 * np.pi * (t[-1] + 1 + torch.arange(16)) / 16)] * 1, 1)[:, 0] * 3 + 5
