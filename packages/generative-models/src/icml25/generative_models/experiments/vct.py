@@ -60,6 +60,7 @@ class Setting:
     """One reproduction scale (brief §6/§11: 8,000 steps, batch 512, MLP 256 x 3, s1 = 160, 3 seeds)."""
 
     name: str
+    """``quick`` or ``full``."""
     n_seeds: int
     """Seeds per arm (full 3, quick 1)."""
     steps: int
@@ -74,6 +75,7 @@ class Setting:
     baseline: bool = True
     """Train the independent-coupling arm too (quick: off; its coupling is N(0, I) by construction)."""
     kl_scale: float = 30.0
+    """KL weight before the last-interval normalisation (reference iCT CIFAR/FMNIST: 30)."""
     min_separation: float = 0.15
     """Bar on mean μ_y(upper mode) - mean μ_y(lower mode) (brief §11; every seed)."""
     mean_band: float = 0.2
@@ -81,6 +83,7 @@ class Setting:
     var_band: tuple[float, float] = (0.7, 1.3)
     """E[σ²] + Var(μ) per dim must lie in this band."""
     n_eval: int = 10_000
+    """Samples per evaluation (brief 10,000; quick 2,000)."""
 
 
 QUICK = Setting("quick", n_seeds=1, steps=1200, s1=160, baseline=False, n_eval=2000)
