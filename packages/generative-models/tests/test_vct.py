@@ -219,6 +219,25 @@ def test_ot_coupling_is_the_optimal_permutation() -> None:
     assert torch.equal(torch.sort(e, 0).values, torch.sort(raw, 0).values)  # a permutation of the batch
 
 
+@settings(max_examples=25, deadline=None)
+@given(st.integers(2, 12), st.integers(0, 10_000))
+def test_ot_coupling_never_costs_more_than_identity(n, seed) -> None:
+    g = torch.Generator().manual_seed(seed)
+    x, eps = torch.randn(n, 3, generator=g), torch.randn(n, 3, generator=g)
+    perm = ot_coupling(x, eps)
+    assert sorted(perm.tolist()) == list(range(n))
+    assert float(((x - eps[perm]) ** 2).sum()) <= float(((x - eps) ** 2).sum()) + 1e-9
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(2, 400), st.floats(-3, 3), st.floats(0.2, 4))
+def test_index_distribution_is_a_distribution(n, p_mean, p_std) -> None:
+    tr = ImprovedConsistencyTraining(_model(), 10, "independent", p_mean=p_mean, p_std=p_std)
+    p = tr.index_probs(karras_sigmas(n))
+    assert p.shape == (n - 1,) and bool((p >= 0).all())
+    assert float(p.sum()) == pytest.approx(1.0, abs=1e-9)
+
+
 # ---- sampling -------------------------------------------------------------------------------------------------
 
 
@@ -239,6 +258,20 @@ def test_one_step_uses_prior_and_two_step_uses_encoder() -> None:
     assert _CountingEncoder.calls == 0
     consistency_sample(m, (5, 2), 2, encoder=enc, generator=torch.Generator().manual_seed(0))
     assert _CountingEncoder.calls == 1
+
+
+def test_two_step_ot_renoising_matches_manual() -> None:
+    m = _model()
+    out = consistency_sample(
+        m, (5, 2), 2, mid_t=(0.5,), coupling="ot", generator=torch.Generator().manual_seed(0)
+    )
+    g = torch.Generator().manual_seed(0)
+    x_hat = m.denoise(80.0 * torch.randn(5, 2, generator=g), 80.0).detach()
+    eps = torch.randn(5, 2, generator=g)
+    eps = eps[ot_coupling(x_hat, eps)]
+    assert torch.allclose(out, m.denoise(x_hat + 0.5 * eps, 0.5).detach())
+    with pytest.raises(ValueError, match=r"coupling must be one of \['independent', 'ot'\]"):
+        consistency_sample(m, (5, 2), 2, coupling="vae")
 
 
 def test_fit_reduces_loss_and_returns_ema() -> None:

@@ -584,10 +584,12 @@ def consistency_sample(
     generator: torch.Generator | None = None,
     labels: Tensor | None = None,
     dtype: torch.dtype = torch.float32,
+    coupling: Literal["independent", "ot"] = "independent",
 ) -> Tensor:
     """Consistency sampling: ``x̂ = D(σ_max z, σ_max)`` (the prior), then for each of the first ``steps - 1``
     times of ``mid_t`` re-noise ``x̂`` with the encoder's noise ``μ(x̂) + σ(x̂) ε₀`` (or ``N(0, I)`` without an
-    encoder) and denoise again."""
+    encoder; ``coupling='ot'``: fresh noise reordered by :func:`ot_coupling` against ``x̂``, as the reference's
+    OT baseline) and denoise again."""
     if not isinstance(model, ConsistencyModel):
         raise TypeError(f"model must be a ConsistencyModel, got {type(model).__name__}")
     if isinstance(shape, (int, np.integer)):
@@ -603,6 +605,7 @@ def consistency_sample(
         raise ValueError(f"mid_t must be strictly decreasing, got {ts}")
     if steps - 1 > len(ts):
         raise ValueError(f"steps must be <= len(mid_t) + 1 = {len(ts) + 1}, got {steps}")
+    coupling = _check_choice("coupling", coupling, ("independent", "ot"))
     if encoder is not None and not isinstance(encoder, NoiseEncoder):
         raise TypeError(f"encoder must be a NoiseEncoder or None, got {type(encoder).__name__}")
     g = make_generator(None, generator)
@@ -614,6 +617,8 @@ def consistency_sample(
             eps = encoder.noise(x_hat, g, labels)[0]
         else:
             eps = torch.randn(shape, generator=g, dtype=dtype)
+            if coupling == "ot":
+                eps = eps[ot_coupling(x_hat, eps)]
         x_hat = model.denoise(k(x_hat, t, eps), t, labels)
     return x_hat
 
