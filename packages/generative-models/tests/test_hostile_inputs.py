@@ -14,6 +14,7 @@ import torch
 import icml25.generative_models as gm
 from icml25.generative_models.thermalizer import MLP
 from icml25.kernels import testing as kt
+from icml25.kernels.rng import isolated_rng
 from icml25.kernels.testing import HostileSpec
 
 torch.manual_seed(0)
@@ -942,7 +943,69 @@ def _p30_specs() -> list[HostileSpec]:
 SPECS += _p30_specs()
 
 
+# ---- P37 variational consistency training --------------------------------------------------------------
+
+_P37_X = torch.randn(6, 2, generator=_g)
+P37_CONST = "a constant batch is valid data (all points equal)"
+with isolated_rng(0):
+    _P37_ENC = gm.NoiseEncoder.mlp(2, 8, 1)
+
+
+def _p37_model() -> gm.ConsistencyModel:
+    with isolated_rng(0):
+        return gm.ConsistencyModel(gm.ToyMLP(2, 8, 1))
+
+
+def _p37_trainer(coupling: str = "vae") -> gm.ImprovedConsistencyTraining:
+    with isolated_rng(0):
+        enc = gm.NoiseEncoder.mlp(2, 8, 1) if coupling == "vae" else None
+    return gm.ImprovedConsistencyTraining(_p37_model(), 4, coupling, enc, kl_scale=30.0)
+
+
+def _p37_fit():
+    tr = _p37_trainer()
+    return (
+        lambda data: tr.fit(data, batch_size=4, lr=1e-3, ema_decay=0.5, seed=0),
+        {"data": _P37_X},
+        lambda: [p.detach().clone() for p in tr.parameters()],
+    )
+
+
+def _p37_specs() -> list[HostileSpec]:
+    return [
+        HostileSpec("VEKernel", lambda x, eps: gm.VEKernel()(x, 1.0, eps), {"x": _P37_X, "eps": _P37_X + 1},
+                    ("x", "eps"), allow={"constant": P37_CONST, "extra_dim": "(N, *event): an event axis is valid",
+                                         "missing_dim": "x and eps lose the axis together? no: shapes differ"}),
+        HostileSpec("LinearKernel", lambda x, eps: gm.LinearKernel()(x, 1.0, eps), {"x": _P37_X, "eps": _P37_X + 1},
+                    ("x", "eps"), allow={"constant": P37_CONST, "extra_dim": "(N, *event): an event axis is valid"}),
+        HostileSpec("ConsistencyModel", lambda x_t, t: _p37_model().denoise(x_t, t).detach(),
+                    {"x_t": _P37_X, "t": 1.0}, ("x_t", "t"), allow={"constant": P37_CONST}, covers=("ConsistencyModel", "ToyMLP")),
+        HostileSpec("NoiseEncoder", lambda x: _P37_ENC(x)[0].detach(), {"x": _P37_X}, ("x",),
+                    allow={"constant": P37_CONST}),
+        HostileSpec("ImprovedConsistencyTraining", lambda x, step: _p37_trainer().loss(x, step, generator=torch.Generator().manual_seed(0))[0].detach(),
+                    {"x": _P37_X, "step": 1}, ("x", "step"), allow={"constant": P37_CONST}),
+        HostileSpec("ImprovedConsistencyTraining.fit", setup=_p37_fit, arrays=("data",), allow={"constant": P37_CONST},
+                    covers=("ImprovedConsistencyTraining",)),
+        HostileSpec("consistency_sample", lambda steps, mid_t: gm.consistency_sample(_p37_model(), (4, 2), steps, (mid_t,),
+                    generator=torch.Generator().manual_seed(0)), {"steps": 2, "mid_t": 0.821}, ("steps", "mid_t")),
+        HostileSpec("gaussian_kl", gm.gaussian_kl, {"mu": _P37_X, "sigma": _P37_X.abs() + 0.1}, ("mu", "sigma"),
+                    allow={"constant": "a constant mean or scale is a valid Gaussian",
+                           "extra_dim": "(N, *event): summed over the event axes"}),
+        HostileSpec("pseudo_huber", gm.pseudo_huber, {"delta": _P37_X, "c": 0.01}, ("delta", "c"),
+                    allow={"constant": P37_CONST, "extra_dim": "elementwise: any shape (N, *event)"}),
+        HostileSpec("karras_sigmas", gm.karras_sigmas, {"n": 11, "sigma_min": 0.002, "sigma_max": 80.0, "rho": 7.0},
+                    ("n", "sigma_min", "sigma_max", "rho")),
+        HostileSpec("ot_coupling", gm.ot_coupling, {"x": _P37_X, "eps": _P37_X + 1}, ("x", "eps"),
+                    allow={"constant": "ties: any optimal permutation is valid",
+                           "extra_dim": "(N, *event): flattened per sample"}),
+    ]  # fmt: skip
+
+
+SPECS += _p37_specs()
+
+
 EXCLUDED = {
+    "DiffusersUNetNet": "needs diffusers: exercised with a real UNet2DModel in test_vct_diffusers.py",
     "RolloutResult": "a result container built by thermalized_rollout, not a user entry point",
     "TrainResult": "a result container returned by train_flow, not a user entry point",
     "K2VAEOutput": "a result container returned by K2VAE.forward, not a user entry point",
