@@ -278,3 +278,76 @@ def test_quick_reproduction_matches_the_recorded_expectation_and_broken_variant_
         broken = exp.evaluate(exp.QUICK, 0, use_hint=False)
     assert not broken.checks["ASR(DPS) < ASR(vanilla) (direction)"]
     assert broken.metrics["dps_asr"] == broken.metrics["vanilla_asr"] == pytest.approx(m["vanilla_asr"])
+
+
+# ----------------------------------------------------------------------------- transformers integration
+def _tiny_llava():
+    """A random-init LLaVA (CLIP vision tower + Llama) with a word-level tokenizer and a chat template."""
+    transformers = pytest.importorskip("transformers")
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    specials = ["<pad>", "<unk>", "<s>", "</s>", "<image>", "USER:", "ASSISTANT:", "SYSTEM:"]
+    vocab = {t: i for i, t in enumerate(specials + "what is it a cat dog".split())}
+    core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=core, pad_token="<pad>", unk_token="<unk>", bos_token="<s>", eos_token="</s>"
+    )
+    tok.add_special_tokens({"additional_special_tokens": ["<image>"]})
+    template = (
+        "{% for m in messages %}{{ m['role'].upper() + ': ' }}{% for c in m['content'] %}"
+        "{% if c['type'] == 'image' %}{{ '<image> ' }}{% else %}{{ c['text'] + ' ' }}{% endif %}"
+        "{% endfor %}{% endfor %}{% if add_generation_prompt %}{{ 'ASSISTANT:' }}{% endif %}"
+    )
+    image_proc = transformers.CLIPImageProcessor(
+        size={"shortest_edge": 16}, crop_size={"height": 16, "width": 16}
+    )
+    proc = transformers.LlavaProcessor(
+        image_processor=image_proc, tokenizer=tok, patch_size=8, vision_feature_select_strategy="default",
+        chat_template=template, num_additional_image_tokens=1,
+    )  # fmt: skip
+    cfg = transformers.LlavaConfig(
+        vision_config=transformers.CLIPVisionConfig(
+            hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=16,
+            patch_size=8,
+        ),
+        text_config=transformers.LlamaConfig(
+            vocab_size=len(vocab), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+            num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=256,
+        ),
+        image_token_index=vocab["<image>"], vision_feature_select_strategy="default", vision_feature_layer=-1,
+    )  # fmt: skip
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = transformers.LlavaForConditionalGeneration(cfg).eval()
+    return model, proc, vocab["<image>"]
+
+
+@pytest.mark.filterwarnings("ignore:.*requires torchvision")
+def test_hf_client_renders_every_turns_images_and_runs_dps() -> None:
+    model, proc, image_id = _tiny_llava()
+    seen = []
+    generate = model.generate
+
+    def recording_generate(**kw):
+        seen.append(kw)
+        return generate(**kw)
+
+    model.generate = recording_generate
+    client = dps.HFVLMClient(model, proc, max_new_tokens=3)
+    img = (np.random.default_rng(0).random((20, 20, 3)) * 255).astype(np.uint8)
+    conv = [{"role": "user", "content": "what is it", "images": [img]}]
+    first = client.chat(conv, [img])
+    assert first.strip() and seen[0]["pixel_values"].shape[0] == 1
+    assert int((seen[0]["input_ids"] == image_id).sum()) == 4  # (16 / 8)^2 patches, CLS dropped
+    # greedy decoding: the same conversation gives the same text; a second image turn adds its tokens
+    assert client.chat(conv, [img]) == first
+    conv += [{"role": "assistant", "content": first}, {"role": "user", "content": "a cat", "images": [img]}]
+    client.chat(conv, [img])
+    assert seen[-1]["pixel_values"].shape[0] == 2 and int((seen[-1]["input_ids"] == image_id).sum()) == 8
+    seen.clear()
+    tr = dps.dps_answer(client, img, "what is it", _cfg(), assistant=Scripted(), rng=0)
+    assert tr.vlm_calls == len(seen) == 1 + 2 * 2 + 2 and tr.final
+    # every call carries its conversation's images: one per weak conversation (the description turn keeps
+    # the view of the answer turn), one for the strong turns, two in the final turn (the image re-attached)
+    assert [s["pixel_values"].shape[0] for s in seen] == [1, 1, 1, 1, 1, 1, 2]
