@@ -84,6 +84,16 @@ def test_call_sequence_counts_and_images() -> None:
     assert tr.answer == "cat" and tr.checked is None
 
 
+def test_parallel_weak_agents_give_the_same_trace() -> None:
+    cfg = dps.DPSConfig(views=[dps.CenterCrop(0.5), dps.RandomCrop(), dps.RandomCrop(), dps.RandomCrop()])
+    a = dps.dps_answer(Scripted(), IMG, "q?", cfg, assistant=Scripted(), rng=3)
+    b = dps.dps_answer(Scripted(), IMG, "q?", cfg, assistant=Scripted(), rng=3, max_workers=4)
+    assert all(np.array_equal(x, y) for x, y in zip(a.views, b.views, strict=True))
+    assert (a.observations, a.final, a.vlm_calls, a.text_calls) == (b.observations, b.final, 1 + 2 * 4 + 2, 4)
+    with pytest.raises(ValueError, match="max_workers must be an int >= 1, got 0"):
+        dps.dps_answer(Scripted(), IMG, "q?", cfg, max_workers=0)
+
+
 def test_summaries_iff_longer_than_limit_and_fallback_iff_inability() -> None:
     long_w = " ".join(["maybe"] * 21)
     for weak, judge, expect_obs, n_sum in [

@@ -35,6 +35,7 @@ confident about, or one spread over the whole image (or inside every view), is n
 from __future__ import annotations
 
 import re
+import threading
 import warnings
 from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
@@ -458,8 +459,12 @@ def dps_answer(
     cfg: DPSConfig | None = None,
     assistant: VLMClient | None = None,
     rng: np.random.Generator | int | None = None,
+    max_workers: int = 1,
 ) -> DPSTrace:
     """Answer ``question`` about ``image`` with DPS (partial-perception supervision).
+
+    ``max_workers > 1`` runs the K weak conversations in a thread pool (API clients); the views are drawn
+    first, in order, so the result does not depend on it (for a deterministic client).
 
     ``client`` is the LVLM (strong and weak agents); ``assistant`` the text LLM that condenses and judges
     (``None``: ``client`` itself, text-only). VLM calls: 1 (r0) + 2K (each view: answer + description) + 2
@@ -472,15 +477,20 @@ def dps_answer(
         raise ValueError(f"question must be a non-empty string, got {question!r}")
     img = _as_array(image)
     rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+    if isinstance(max_workers, bool) or not isinstance(max_workers, (int, np.integer)) or max_workers < 1:
+        raise ValueError(f"max_workers must be an int >= 1, got {max_workers!r}")
     helper = client if assistant is None else assistant
     counts = {"vlm": 0, "text": 0}
+    lock = threading.Lock()
 
     def vlm(messages: list[Message], images: list[Any] | None, stage: str) -> str:
-        counts["vlm"] += 1
+        with lock:
+            counts["vlm"] += 1
         return _call(client, messages, images, stage)
 
     def text(prompt: str, stage: str) -> str:
-        counts["text"] += 1
+        with lock:
+            counts["text"] += 1
         return _call(helper, [{"role": "user", "content": prompt}], None, stage)
 
     def condense(t: str, stage: str) -> str:
@@ -496,10 +506,10 @@ def dps_answer(
     r0 = vlm(strong, [img], "strong answer")
     strong.append({"role": "assistant", "content": r0})
 
-    views, weak, desc, unable, obs = [], [], [], [], []
-    for k, view in enumerate(cfg.views):
-        v = view.render(img, rng)
-        views.append(v)
+    views = [view.render(img, rng) for view in cfg.views]  # in order: the rng draws do not depend on timing
+
+    def observe(k: int) -> tuple[str, str, bool, str]:
+        v = views[k]
         conv: list[Message] = [
             {"role": "system", "content": cfg.weak_system.format(limit=cfg.weak_word_limit)},
             {"role": "user", "content": question, "images": [v]},
@@ -511,7 +521,16 @@ def dps_answer(
         d_s = condense(d, f"summary of weak description {k}")
         verdict = text(cfg.judge_prompt.format(text=w), f"inability judgement {k}")
         cannot = verdict.strip().lower().startswith("yes")
-        weak.append(w), desc.append(d), unable.append(cannot), obs.append(d_s if cannot else w_s)
+        return w, d, cannot, d_s if cannot else w_s
+
+    if max_workers > 1 and len(views) > 1:  # the weak agents are independent conversations
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=min(max_workers, len(views))) as pool:
+            results = list(pool.map(observe, range(len(views))))
+    else:
+        results = [observe(k) for k in range(len(views))]
+    weak, desc, unable, obs = (list(col) for col in zip(*results, strict=True))
 
     observations = "\n".join(f"agent {k + 1}: {o}" for k, o in enumerate(obs))
     strong.append(
