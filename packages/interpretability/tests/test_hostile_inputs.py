@@ -1008,8 +1008,129 @@ SPECS += [
         ("lr",),
     ),
 ]
+# ------------------------------------------------------------------------------------------ P53
+_P53_IMG = np.random.default_rng(53).random((12, 10, 3))
+_P53_X = torch.rand(3, 24, 24, generator=torch.Generator().manual_seed(53))
+P53_IMG_OK = {
+    "constant": "a constant image is a valid (blank) input",
+    "huge": "pixel scale is the model's business; the views only slice",
+    "missing_dim": "image [H, W]: a grey-scale image",
+}
+P53_X_OK = {
+    "constant": "a blank canvas is a valid input",
+    "dtype": "integer pixels are cast to float32",
+    "huge": "finite large pixels give finite logits (max pooling, no normalisation to overflow)",
+}
+
+
+def _p53_client() -> ip.CallableClient:
+    def fn(messages, images):
+        last = messages[-1]["content"]
+        return "no" if last.startswith("Does the following") else "a cat"
+
+    return ip.CallableClient(fn)
+
+
+def _p53_model() -> ip.HintCNN:
+    return ip.HintCNN(width=8, seed=0).eval()
+
+
+def _p53_predict(im) -> int:
+    return int(np.asarray(im, dtype=float).sum() > 10)
+
+
+SPECS += [
+    HostileSpec(
+        "dps_answer",
+        lambda image: ip.dps_answer(_p53_client(), image, "What is it?", rng=0),
+        {"image": _P53_IMG},
+        ("image",),
+        allow=P53_IMG_OK,
+        covers=(
+            "dps_answer",
+            "DPSConfig",
+            "DPSTrace",
+            "CallableClient",
+            "VLMClient",
+            "CenterCrop",
+            "RandomCrop",
+            "PartialView",
+            "word_count",
+        ),
+    ),
+    HostileSpec(
+        "MaskRegions",
+        lambda image: ip.MaskRegions(
+            ip.vlm_box_proposer(ip.CallableClient(lambda m, i: "[1, 1, 4, 5]"))
+        ).render(image),
+        {"image": _P53_IMG},
+        ("image",),
+        allow=P53_IMG_OK,
+        covers=("MaskRegions", "vlm_box_proposer", "parse_boxes", "clip_box"),
+    ),
+    HostileSpec(
+        "ObjectCrop",
+        lambda image: ip.ObjectCrop(lambda _im: [(1, 1, 6, 7)], mode="mask").render(image),
+        {"image": _P53_IMG},
+        ("image",),
+        allow=P53_IMG_OK,
+    ),
+    HostileSpec(
+        "smooth_vote",
+        lambda image: ip.smooth_vote(_p53_predict, image, rng=0),
+        {"image": _P53_IMG},
+        ("image",),
+        allow=P53_IMG_OK,
+    ),
+    HostileSpec(
+        "crop_vote",
+        lambda image: ip.crop_vote(_p53_predict, image, [ip.CenterCrop(0.5), ip.RandomCrop()], rng=0),
+        {"image": _P53_IMG},
+        ("image",),
+        allow=P53_IMG_OK,
+    ),
+    HostileSpec(
+        "attack_success_rate",
+        ip.attack_success_rate,
+        {"preds": np.array([1, 2, 3]), "targets": np.array([1, 0, 3])},
+        ("preds", "targets"),
+        allow={"constant": "constant labels are valid answers", "dtype": "labels of any dtype compare by =="},
+    ),
+    HostileSpec(
+        "make_canvases",
+        lambda digits: ip.make_canvases(digits, np.random.default_rng(0)),
+        {"digits": np.random.default_rng(1).random((3, 8, 8))},
+        ("digits",),
+        allow={"constant": "a constant digit is a valid subject"},
+    ),
+    HostileSpec(
+        "typographic_attack",
+        lambda canvases: ip.typographic_attack(canvases, np.ones((3, 8, 8)), np.random.default_rng(0)),
+        {"canvases": _P53_X},
+        ("canvases",),
+        allow=P53_X_OK,
+    ),
+    HostileSpec(
+        "toy_dps",
+        lambda x: ip.toy_dps(_p53_model(), x, [ip.CenterCrop(0.5, mode="mask")], np.random.default_rng(0)),
+        {"x": _P53_X},
+        ("x",),
+        allow=P53_X_OK,
+        covers=("toy_dps", "toy_hints", "HintCNN", "no_hint"),
+    ),
+    HostileSpec(
+        "train_hint_cnn",
+        lambda lr: ip.train_hint_cnn(
+            lambda rng: (_P53_X, torch.tensor([0, 1, 2])), epochs=2, lr=lr, width=8, batch_size=2
+        ),
+        {"lr": 1e-3},
+        ("lr",),
+    ),
+]
 EXCLUDED = {
     "answer_match": "compares two strings (no arrays); its bad inputs are tested in test_task_vectors.py",
+    "HFVLMClient": "wraps a real transformers image-text-to-text model and processor; exercised in test_dps.py",
+    "OpenAICompatClient": "a network client (user-injected base_url); never called in tests",
     "from_saelens": "loads a SAELens state dict + cfg; the dict's tensors are checked by its own tests "
     "(an estimator constructor, not array math)",
 }
