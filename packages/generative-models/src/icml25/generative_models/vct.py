@@ -624,4 +624,4 @@ def consistency_sample(
 
 
 sample = consistency_sample
-"""The brief's name of :func:`consistency_sample`."""
+"""Alias of :func:`consistency_sample`."""

@@ -308,7 +308,7 @@ class HFVLMClient:
         )  # fmt: skip
 
     def chat(self, messages: list[Message], images: list[Any] | None = None) -> str:
-        from PIL import Image
+        Image = _pil_image("HFVLMClient")
 
         conv, pil = [], []
         for m in messages:
@@ -322,6 +322,15 @@ class HFVLMClient:
             out = self.model.generate(**inputs, max_new_tokens=self.max_new_tokens, do_sample=False)
         new = out[:, inputs["input_ids"].shape[1] :]
         return self.processor.batch_decode(new, skip_special_tokens=True)[0]
+
+
+def _pil_image(client: str) -> Any:
+    """``PIL.Image``, which the chat clients hand images to (transformers' processors take PIL images)."""
+    try:
+        from PIL import Image
+    except ImportError as err:
+        raise ImportError(f"{client} needs Pillow for its images: pip install pillow") from err
+    return Image
 
 
 def _to_pil(image_mod: Any, im: Any) -> Any:
@@ -339,7 +348,13 @@ class OpenAICompatClient:
     Images are sent as base64 PNG data URLs. Never called in tests (no network)."""
 
     def __init__(self, model: str, base_url: str | None = None, api_key: str | None = None, **kwargs: Any):
-        from openai import OpenAI
+        try:
+            from openai import OpenAI
+        except ImportError as err:
+            raise ImportError(
+                "OpenAICompatClient needs the openai client, which no extra of icml25-interpretability "
+                "brings: pip install openai"
+            ) from err
 
         self.model = model
         self.client = OpenAI(base_url=base_url, api_key=api_key, **kwargs)
@@ -348,7 +363,7 @@ class OpenAICompatClient:
         import base64
         import io
 
-        from PIL import Image
+        Image = _pil_image("OpenAICompatClient")
 
         conv = []
         for m in messages:

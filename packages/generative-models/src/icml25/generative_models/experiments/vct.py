@@ -57,33 +57,33 @@ CLAIM = (
 
 @dataclass(frozen=True)
 class Setting:
-    """One reproduction scale (brief §6/§11: 8,000 steps, batch 512, MLP 256 x 3, s1 = 160, 3 seeds)."""
+    """One reproduction scale (the planned small-scale setting: 8,000 steps, batch 512, MLP 256 x 3, s1 = 160, 3 seeds)."""
 
     name: str
     """``quick`` or ``full``."""
     n_seeds: int
     """Seeds per arm (full 3, quick 1)."""
     steps: int
-    """Training steps per model (ours: full 4,000, quick 1,200; the brief 8,000 and 3,000: CPU budget)."""
+    """Training steps per model (ours: full 4,000, quick 1,200; planned 8,000 and 3,000: CPU budget)."""
     s1: int
-    """Final discretisation count (160 in both; the brief's quick 40 changes the normalised KL weight
+    """Final discretisation count (160 in both; the planned quick 40 changes the normalised KL weight
     ``kl_scale / (σ_{N-1} - σ_{N-2})`` of the gated prior check, see the README's deviations)."""
     hidden: int = 128
-    """Width of F (the brief 256; ours 128 to fit the CPU budget)."""
+    """Width of F (planned 256; ours 128 to fit the CPU budget)."""
     batch_size: int = 256
-    """Minibatch (the brief 512)."""
+    """Minibatch (planned 512)."""
     baseline: bool = True
     """Train the independent-coupling arm too (quick: off; its coupling is N(0, I) by construction)."""
     kl_scale: float = 30.0
     """KL weight before the last-interval normalisation (reference iCT CIFAR/FMNIST: 30)."""
     min_separation: float = 0.15
-    """Bar on mean μ_y(upper mode) - mean μ_y(lower mode) (brief §11; every seed)."""
+    """Bar on mean μ_y(upper mode) - mean μ_y(lower mode) (the data-dependence check; every seed)."""
     mean_band: float = 0.2
     """|mean μ| per dim must be <= this."""
     var_band: tuple[float, float] = (0.7, 1.3)
     """E[σ²] + Var(μ) per dim must lie in this band."""
     n_eval: int = 10_000
-    """Samples per evaluation (brief 10,000; quick 2,000)."""
+    """Samples per evaluation (planned 10,000; quick 2,000)."""
 
 
 QUICK = Setting("quick", n_seeds=1, steps=1200, s1=160, baseline=False, n_eval=2000)

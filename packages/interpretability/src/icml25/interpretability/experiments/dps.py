@@ -16,7 +16,7 @@ crop_vote (majority over the 3 views, ties to the centre); DPS (final = f(I, hin
 Non-gating: centre-only observers (the paper's single-view ablation) and an "overlap" attack inside the
 centre window (no view removes it: where DPS and voting both fail).
 
-Pass rule (:func:`checks`, fixed before the runs from the brief's §6 as amended by its second review, plus
+Pass rule (:func:`checks`, fixed before the runs from the planned small-scale reproduction and its review, plus
 the plain direction ASR(DPS) < ASR(vanilla), which the broken variant fails by construction): vanilla
 clean >= 0.90 and ASR >= 0.35; ASR(DPS) <= 0.5 x ASR(vanilla) (quick 0.7 x); ASR(DPS) <= ASR(smooth) - 0.15;
 clean(DPS) >= clean(vanilla) - 0.03 (quick 0.05); clean(DPS) >= clean(crop_vote) + 0.10.
@@ -72,15 +72,15 @@ class Setting:
     """One reproduction scale."""
 
     epochs: int
-    """Training epochs (brief: ~30 s of training, quick 5; ours 15, quick 6 (5 leaves vanilla clean accuracy under 0.90))."""
+    """Training epochs (planned: ~30 s of training, quick 5; ours 15, quick 6 (5 leaves vanilla clean accuracy under 0.90))."""
     n_test: int
-    """Held-out test digits (brief 597 = all held out; quick 300)."""
+    """Held-out test digits (planned 597 = all held out; quick 300)."""
     train_copies: int = 2
     """Fresh canvases per training digit per epoch."""
     asr_ratio: float = 0.5
-    """ASR(DPS) <= asr_ratio x ASR(vanilla) (brief: full 0.5, quick 0.7)."""
+    """ASR(DPS) <= asr_ratio x ASR(vanilla) (planned: full 0.5, quick 0.7)."""
     max_clean_drop: float = 0.03
-    """clean(DPS) >= clean(vanilla) - max_clean_drop (brief: full 0.03, quick 0.05)."""
+    """clean(DPS) >= clean(vanilla) - max_clean_drop (planned: full 0.03, quick 0.05)."""
 
 
 FULL = Setting(epochs=15, n_test=N_TEST)
