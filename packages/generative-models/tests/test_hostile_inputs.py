@@ -1004,11 +1004,57 @@ def _p37_specs() -> list[HostileSpec]:
 SPECS += _p37_specs()
 
 
+# ---- P25 VisionTS ------------------------------------------------------------------------------------
+
+P25_HUGE = "statistics in float64: a huge context is forecast in its own (huge, finite) units"
+P25_CONST = "a constant context normalises with std sqrt(1e-5)/0.4 and forecasts a finite series around it"
+
+
+def _p25_model() -> gm.VisionTS:
+    mae = gm.small_vit_mae(
+        32, 8, hidden_size=8, num_layers=1, num_heads=2, decoder_hidden_size=8, decoder_layers=1
+    )
+    return gm.VisionTS(mae, finetune="none").configure(32, 8, 4)
+
+
+def _p25_specs() -> list[HostileSpec]:
+    pytest.importorskip("transformers")
+    model = _p25_model()
+    g = model.geometry_
+    x = torch.randn(2, 32, 2, generator=_g)
+    return [
+        HostileSpec("VisionTS.forward", lambda x: model(x), {"x": x}, ("x",), allow={"constant": P25_CONST, "huge": P25_HUGE},
+                    covers=("VisionTS", "HFViTMAEAdapter", "small_vit_mae", "MAEAdapter")),
+        HostileSpec("visionts_geometry", gm.visionts_geometry,
+                    {"context_len": 48, "horizon": 12, "periodicity": 4, "norm_const": 0.4, "align_const": 0.4},
+                    ("context_len", "horizon", "periodicity", "norm_const", "align_const"),
+                    covers=("visionts_geometry", "VisionTSGeometry", "visionts_keep_mask")),
+        HostileSpec("series_to_image", lambda x_norm: gm.series_to_image(x_norm, g), {"x_norm": x[..., 0]},
+                    ("x_norm",), allow={"constant": "a constant row renders as a flat stripe",
+                                        "huge": "resizes are linear: huge values stay finite"}),
+        HostileSpec("image_to_forecast", lambda images: gm.image_to_forecast(images, g),
+                    {"images": torch.randn(2, 3, 32, 32, generator=_g)}, ("images",),
+                    allow={"constant": "a flat image reads back as a constant forecast",
+                           "huge": "resizes are linear: huge pixels give huge, finite values"}),
+        HostileSpec("autotune_periodicity",
+                    lambda series: gm.autotune_periodicity(model, series, 8, [4, 1], context_len=32),
+                    {"series": torch.randn(64, generator=_g)}, ("series",),
+                    allow={"constant": "every candidate forecasts a constant equally well: the first wins",
+                           "extra_dim": "(T, 1) is a one-channel series", "huge": P25_HUGE}),
+        HostileSpec("candidate_periods", gm.candidate_periods, {"freq": "H"}, ()),
+    ]  # fmt: skip
+
+
+SPECS += _p25_specs()
+
+
 EXCLUDED = {
     "DiffusersUNetNet": "needs diffusers: exercised with a real UNet2DModel in test_vct_diffusers.py",
     "RolloutResult": "a result container built by thermalized_rollout, not a user entry point",
     "TrainResult": "a result container returned by train_flow, not a user entry point",
     "K2VAEOutput": "a result container returned by K2VAE.forward, not a user entry point",
+    "FacebookMAEAdapter": "wraps a user's models_mae module: exercised in test_visionts.py",
+    "load_vit_mae": "loads a local transformers checkpoint directory: no arrays to corrupt",
 }
 
 

@@ -5,6 +5,9 @@ Forecasting", ICML 2025 (arXiv 2505.23017; official code ``decisionintelligence/
 (:mod:`.k2vae`), the sklearn-style wrapper (:mod:`.forecaster`), metrics (:mod:`.metrics`), baselines
 (:mod:`.baselines`) and, through one lazy hop, the GluonTS ``Predictor`` adapter (``K2VAEPredictor``,
 extra ``[gluonts]``).
+
+Also P25 VisionTS (Chen et al., ICML 2025; official code ``Keytoyze/VisionTS``): :mod:`.visionts`, series
+rendered as images and forecast by an image MAE's in-painting.
 """
 
 from __future__ import annotations
@@ -28,23 +31,51 @@ from icml25.generative_models.forecasting.metrics import (
     nmae,
     weighted_quantile_loss,
 )
+from icml25.generative_models.forecasting.visionts import (
+    FacebookMAEAdapter,
+    HFViTMAEAdapter,
+    MAEAdapter,
+    VisionTS,
+    VisionTSGeometry,
+    autotune_periodicity,
+    candidate_periods,
+    image_to_forecast,
+    load_vit_mae,
+    series_to_image,
+    small_vit_mae,
+    visionts_geometry,
+    visionts_keep_mask,
+)
 
 __all__ = [
     "K2VAE",
     "DifferentiableKalmanFilter",
+    "FacebookMAEAdapter",
     "GRUForecaster",
+    "HFViTMAEAdapter",
     "K2VAEForecaster",
     "K2VAEOutput",
     "K2VAEPredictor",
     "KoopmanOperator",
+    "MAEAdapter",
     "RevIN",
     "SeasonalNaive",
+    "VisionTS",
+    "VisionTSGeometry",
+    "autotune_periodicity",
+    "candidate_periods",
     "climatology_samples",
     "crps_from_samples",
     "gaussian_crps",
+    "image_to_forecast",
     "interval_coverage",
     "kl_to_standard_normal",
+    "load_vit_mae",
     "nmae",
+    "series_to_image",
+    "small_vit_mae",
+    "visionts_geometry",
+    "visionts_keep_mask",
     "weighted_quantile_loss",
 ]
 
