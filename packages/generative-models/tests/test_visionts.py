@@ -296,3 +296,23 @@ def test_quick_gate_fails_for_wrong_read_back_scale(monkeypatch: pytest.MonkeyPa
     assert report.passed is False
     assert report.failed_checks == ["oracle forecast MSE / variance <= 0.02 (worst config)"]
     assert report.metrics["oracle_rel_mse"] > 0.02
+
+
+def test_facebook_adapter_refuses_norm_pix_loss_and_missing_decoder() -> None:
+    class FB(torch.nn.Module):
+        def __init__(self, norm_pix_loss: bool = False, decoder: bool = True):
+            super().__init__()
+            self.norm_pix_loss = norm_pix_loss
+            self.decoder_pred = torch.nn.Linear(2, 2) if decoder else None
+
+        def unpatchify(self, x):
+            return x
+
+    with pytest.raises(ValueError, match="norm_pix_loss"):
+        FacebookMAEAdapter(FB(norm_pix_loss=True))
+    with pytest.raises(TypeError, match="no pixel decoder"):
+        FacebookMAEAdapter(FB(decoder=False))
+    with pytest.raises(TypeError, match="unpatchify"):
+        FacebookMAEAdapter(torch.nn.Linear(2, 2))
+    with pytest.raises(TypeError, match="MAEAdapter"):
+        VisionTS(torch.nn.Linear(2, 2))
