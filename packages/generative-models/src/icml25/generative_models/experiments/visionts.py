@@ -62,7 +62,9 @@ CLAIM = (
     "VisionTS renders a series as an image (period folding, normalisation, alignment) so that an image MAE's "
     "in-painting is the forecast (paper: zero-shot MAE-Base beats TS foundation models on long-term "
     "benchmarks). Here: with a perfect in-painter the pipeline recovers the future within 2% of the signal "
-    "variance (vs a historical-mean baseline), and a transformers ViTMAE keeps exactly the context patches."
+    "variance (vs a historical-mean baseline), and a transformers ViTMAE keeps exactly the context patches. "
+    "The zero-shot transfer itself is not reproduced at this scale (reported, not gated: a tiny MAE "
+    "pre-trained on two photos forecasts no better than the historical mean)."
 )
 
 
