@@ -102,6 +102,14 @@ from icml25.generative_models.mcmc_extrapolation import (
     metropolis_hastings,
     select_episode,
 )
+from icml25.generative_models.mvot import (
+    KMeansVQTokenizer,
+    MVoTLoss,
+    build_interleaved_example,
+    codebook_distance_matrix,
+    image_block_mask,
+    token_discrepancy_loss,
+)
 from icml25.generative_models.systems import KSETDRK4, energy_spectrum, ks_simulate, lorenz96_simulate
 from icml25.generative_models.tarflow import TarFlow, TrainResult, tarflow_loss, train_flow
 from icml25.generative_models.thermalizer import (
@@ -174,9 +182,11 @@ __all__ = [
     "ImprovedConsistencyTraining",
     "K2VAEForecaster",
     "K2VAEOutput",
+    "KMeansVQTokenizer",
     "KoopmanOperator",
     "LearnableCosineSchedule",
     "LinearKernel",
+    "MVoTLoss",
     "MaskInfillProposal",
     "NoiseEncoder",
     "NoiseScheduleBilevel",
@@ -203,9 +213,11 @@ __all__ = [
     "__version__",
     "apply_toma",
     "as_guide",
+    "build_interleaved_example",
     "build_pairs",
     "choose_levels",
     "climatology_samples",
+    "codebook_distance_matrix",
     "consistency_sample",
     "copula_log_cdf",
     "copula_log_density",
@@ -229,6 +241,7 @@ __all__ = [
     "graph_to_sequence",
     "guidance_offset",
     "hutchinson_laplacian",
+    "image_block_mask",
     "interval_coverage",
     "karras_sigmas",
     "ks_simulate",
@@ -264,6 +277,7 @@ __all__ = [
     "tile_tokens",
     "tilt_kl",
     "time_grid",
+    "token_discrepancy_loss",
     "toma_fns",
     "toma_merge_matrices",
     "tomesd_fns",
