@@ -1047,6 +1047,65 @@ def _p25_specs() -> list[HostileSpec]:
 
 SPECS += _p25_specs()
 
+# ---- P12 MVoT token discrepancy loss -------------------------------------------------------------------
+
+_P12_E = torch.randn(5, 3, generator=_g)
+_P12_D = gm.codebook_distance_matrix(_P12_E)
+_P12_IDS = torch.tensor([9, 3, 11, 6, 4])
+_P12_LOGITS = torch.randn(2, 4, 12, generator=_g)
+_P12_LABELS = torch.tensor([[-100, 9, 0, 3], [-100, 4, 11, 2]])
+_P12_IMAGES = np.repeat(np.repeat(np.random.default_rng(0).random((6, 2, 2, 3)), 2, 1), 2, 2)
+P12_VALID = {
+    "logits:constant": "uniform logits are valid: a uniform image softmax",
+    "logits:huge": "large logits are valid: the softmax subtracts the maximum",
+    "labels:constant": "a constant label row is valid (all unsupervised gives L_D = 0)",
+    "distance:constant": "any finite (K, K) cost matrix is accepted",
+    "distance:huge": "any finite (K, K) cost matrix is accepted",
+}
+
+
+def _p12_tokenizer() -> gm.KMeansVQTokenizer:
+    return gm.KMeansVQTokenizer(3, 2, seed=0).fit(_P12_IMAGES)
+
+
+def _p12_fit():
+    tok = _p12_tokenizer()
+    return tok.fit, {"images": _P12_IMAGES}, lambda: tok.codebook_.clone()
+
+
+def _p12_encode():
+    tok = _p12_tokenizer()
+    return tok.encode, {"images": _P12_IMAGES}, lambda: tok.codebook_.clone()
+
+
+def _p12_specs() -> list[HostileSpec]:
+    ex = {"logits": _P12_LOGITS, "labels": _P12_LABELS, "image_token_ids": _P12_IDS, "distance": _P12_D}
+    return [
+        HostileSpec("codebook_distance_matrix", gm.codebook_distance_matrix, {"codebook": _P12_E}, ("codebook",),
+                    allow={"constant": "identical codes are valid: D = 0", "huge": "large codes give finite distances"}),
+        HostileSpec("token_discrepancy_loss", gm.token_discrepancy_loss, ex,
+                    ("logits", "labels", "image_token_ids", "distance"), allow=P12_VALID),
+        HostileSpec("MVoTLoss", lambda logits, labels: gm.MVoTLoss(_P12_D, _P12_IDS)(logits, labels)["loss"],
+                    {"logits": _P12_LOGITS, "labels": _P12_LABELS}, ("logits", "labels"),
+                    allow={k: v for k, v in P12_VALID.items() if not k.startswith("distance")}),
+        HostileSpec("build_interleaved_example", gm.build_interleaved_example,
+                    {"steps": [([5], torch.tensor([0, 2]))], "image_token_ids": _P12_IDS, "boi_id": 1, "eoi_id": 2},
+                    (("steps", 0, 1), "image_token_ids"),
+                    allow={"steps[0][1]:constant": "a constant image (one code everywhere) is valid",
+                           "image_token_ids:constant": "only the codes used are looked up"}),
+        HostileSpec("image_block_mask", lambda input_ids, image_token_ids: gm.image_block_mask(
+                    input_ids, 12, image_token_ids, 1, 2, 3), {"input_ids": _P12_LABELS.clamp_min(0), "image_token_ids": _P12_IDS},
+                    ("input_ids", "image_token_ids"), allow={"input_ids:constant": "any token history is valid"}),
+        HostileSpec("KMeansVQTokenizer.fit", setup=_p12_fit, arrays=("images",), covers=("KMeansVQTokenizer",),
+                    allow={"constant": "constant images are valid (k-means repeats centroids)"}),
+        HostileSpec("KMeansVQTokenizer.encode", setup=_p12_encode, arrays=("images",), covers=("KMeansVQTokenizer",),
+                    allow={"constant": "constant images are valid"}),
+        HostileSpec("KMeansVQTokenizer.decode", lambda codes: _p12_tokenizer().decode(codes, (2, 2)),
+                    {"codes": torch.tensor([[0, 1, 2, 0]])}, ("codes",), allow={"constant": "a constant code map is valid"}),
+    ]  # fmt: skip
+
+
+SPECS += _p12_specs()
 
 EXCLUDED = {
     "DiffusersUNetNet": "needs diffusers: exercised with a real UNet2DModel in test_vct_diffusers.py",

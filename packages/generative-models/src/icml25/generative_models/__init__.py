@@ -117,6 +117,14 @@ from icml25.generative_models.mcmc_extrapolation import (
     metropolis_hastings,
     select_episode,
 )
+from icml25.generative_models.mvot import (
+    KMeansVQTokenizer,
+    MVoTLoss,
+    build_interleaved_example,
+    codebook_distance_matrix,
+    image_block_mask,
+    token_discrepancy_loss,
+)
 from icml25.generative_models.systems import KSETDRK4, energy_spectrum, ks_simulate, lorenz96_simulate
 from icml25.generative_models.tarflow import TarFlow, TrainResult, tarflow_loss, train_flow
 from icml25.generative_models.thermalizer import (
@@ -191,10 +199,12 @@ __all__ = [
     "ImprovedConsistencyTraining",
     "K2VAEForecaster",
     "K2VAEOutput",
+    "KMeansVQTokenizer",
     "KoopmanOperator",
     "LearnableCosineSchedule",
     "LinearKernel",
     "MAEAdapter",
+    "MVoTLoss",
     "MaskInfillProposal",
     "NoiseEncoder",
     "NoiseScheduleBilevel",
@@ -224,10 +234,12 @@ __all__ = [
     "apply_toma",
     "as_guide",
     "autotune_periodicity",
+    "build_interleaved_example",
     "build_pairs",
     "candidate_periods",
     "choose_levels",
     "climatology_samples",
+    "codebook_distance_matrix",
     "consistency_sample",
     "copula_log_cdf",
     "copula_log_density",
@@ -251,6 +263,7 @@ __all__ = [
     "graph_to_sequence",
     "guidance_offset",
     "hutchinson_laplacian",
+    "image_block_mask",
     "image_to_forecast",
     "interval_coverage",
     "karras_sigmas",
@@ -290,6 +303,7 @@ __all__ = [
     "tile_tokens",
     "tilt_kl",
     "time_grid",
+    "token_discrepancy_loss",
     "toma_fns",
     "toma_merge_matrices",
     "tomesd_fns",
