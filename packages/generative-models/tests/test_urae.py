@@ -334,3 +334,23 @@ def test_quick_reproduction_passes() -> None:
 def test_broken_variant_fails_quick_gate() -> None:
     report = exp.evaluate(exp.QUICK, broken=True)
     assert not report.passed
+
+
+def test_part_b_mmd_matches_brute_force_and_conv_flow_is_resolution_free() -> None:
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(5, 1, 2, 2, generator=g), torch.randn(4, 1, 2, 2, generator=g) + 1
+    xf, yf = x.flatten(1).double(), y.flatten(1).double()
+    z = torch.cat([xf, yf])
+    d2 = [float(((a - b) ** 2).sum()) for a in z for b in z]
+    h = float(torch.tensor([v for v in d2 if v > 0]).median())
+
+    def k(a, b):
+        return float(torch.exp(-((a - b) ** 2).sum() / h))
+
+    kxx = sum(k(a, b) for i, a in enumerate(xf) for j, b in enumerate(xf) if i != j) / 20
+    kyy = sum(k(a, b) for i, a in enumerate(yf) for j, b in enumerate(yf) if i != j) / 12
+    kxy = sum(k(a, b) for a in xf for b in yf) / 20
+    assert exp.mmd_rbf(x, y) == pytest.approx(kxx + kyy - 2 * kxy, abs=1e-10)
+    net = exp.ConvFlow(4)
+    for size in (8, 16):
+        assert net(torch.zeros(2, 1, size, size), torch.tensor([0.1, 0.9])).shape == (2, 1, size, size)
