@@ -1107,6 +1107,62 @@ def _p12_specs() -> list[HostileSpec]:
 
 SPECS += _p12_specs()
 
+# ---- P28 URAE minor-component adapters and the guidance rule ----------------------------------------------
+
+_P28_W = torch.randn(6, 5, generator=_g)
+P28_CONST = "a constant weight is a valid (rank-1) matrix: its SVD split is exact"
+P28_HUGE = "a huge finite weight is valid: the split is scale-equivariant and stays finite"
+
+
+def _p28_linear(weight: torch.Tensor) -> torch.nn.Module:
+    with isolated_rng(0):
+        lin = torch.nn.Linear(5, 6)
+    # any corrupted weight reaches the adapter's own checks
+    lin.weight = torch.nn.Parameter(weight.clone(), requires_grad=weight.is_floating_point())
+    return torch.nn.Sequential(lin)
+
+
+def _p28_adapted() -> torch.nn.Module:
+    model = _p28_linear(_P28_W)
+    gm.apply_svd_adapters(model, ["0"], rank=2)
+    return model
+
+
+class _P28Guided(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.config = {"guidance_embeds": True}
+        self.w = torch.nn.Parameter(torch.tensor(0.5))
+
+    def forward(self, x, t, c, g):
+        return self.w * x + (t * g).reshape(-1, *[1] * (x.dim() - 1))
+
+
+def _p28_specs() -> list[HostileSpec]:
+    gen = lambda: torch.Generator().manual_seed(0)  # noqa: E731
+    return [
+        HostileSpec("SVDComponentLinear", lambda weight: gm.SVDComponentLinear(_p28_linear(weight)[0], 2).delta_weight().detach(),
+                    {"weight": _P28_W}, ("weight",), allow={"constant": P28_CONST, "huge": P28_HUGE}),
+        HostileSpec("LoRALinear", lambda weight: gm.LoRALinear(_p28_linear(weight)[0], 2, generator=gen()).effective_weight().detach(),
+                    {"weight": _P28_W}, ("weight",), allow={"constant": P28_CONST, "huge": P28_HUGE}),
+        HostileSpec("apply_svd_adapters", lambda weight, rank: len(gm.apply_svd_adapters(_p28_linear(weight), ["0"], rank)),
+                    {"weight": _P28_W, "rank": 2}, ("weight", "rank"), allow={"constant": P28_CONST, "huge": P28_HUGE}),
+        HostileSpec("apply_lora_adapters", lambda rank: len(gm.apply_lora_adapters(_p28_linear(_P28_W), ["0"], rank, generator=gen())),
+                    {"rank": 2}, ("rank",)),
+        HostileSpec("export_peft_lora_state_dict", lambda: gm.export_peft_lora_state_dict(_p28_adapted()), {}, ()),
+        HostileSpec("peft_lora_config", lambda: gm.peft_lora_config(_p28_adapted()), {}, ()),
+        HostileSpec("merge_adapters", lambda: gm.merge_adapters(_p28_adapted())[0].weight.detach(), {}, ()),
+        HostileSpec("check_guidance_for_adaptation", lambda guidance: gm.check_guidance_for_adaptation({"guidance_embeds": True}, guidance),
+                    {"guidance": 1.0}, ("guidance",)),
+        HostileSpec("flow_matching_finetune_step", lambda x0, guidance: gm.flow_matching_finetune_step(_P28Guided(), x0, None, guidance=guidance,
+                    generator=gen()).detach(), {"x0": _P28_W, "guidance": 1.0}, ("x0", "guidance"),
+                    allow={"constant": "a constant batch is valid data", "extra_dim": "(N, *event): an event axis is valid"}),
+    ]  # fmt: skip
+
+
+SPECS += _p28_specs()
+
+
 EXCLUDED = {
     "DiffusersUNetNet": "needs diffusers: exercised with a real UNet2DModel in test_vct_diffusers.py",
     "RolloutResult": "a result container built by thermalized_rollout, not a user entry point",
