@@ -136,12 +136,12 @@ def _tests(session: nox.Session, name: str) -> None:
         "python", "-c", f"import icml25.{area} as m, sys; sys.exit('site-packages' not in m.__file__)"
     )
     args = session.posargs or ["-m", "not slow"]
-    workers = _xdist_args()
-    if workers:  # one BLAS/OpenMP thread per worker: the workers already fill the cores; more threads contend
+    xdist = _xdist_args()
+    if xdist:  # one BLAS/OpenMP thread per worker: the workers already fill the cores; more threads contend
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
             session.env.setdefault(var, "1")
     # --durations: the slowest tests, so a quick test that grew past its 20 s budget is visible in CI logs
-    session.run("pytest", f"{folder}/tests", "-p", "no:cacheprovider", "--durations=10", *workers, *args)
+    session.run("pytest", f"{folder}/tests", "-p", "no:cacheprovider", "--durations=10", *xdist, *args)
 
 
 for _name in PACKAGES:

@@ -190,17 +190,14 @@ def run_readme_example(
         except SystemExit as exc:
             if exc.code not in (None, 0):
                 failure = f"exited {exc.code if isinstance(exc.code, int) else 1}\n{exc.code}"
+        except KeyboardInterrupt:
+            raise
         except BaseException as exc:
-            if isinstance(exc, KeyboardInterrupt):
-                raise
             failure = "raised\n" + "".join(traceback.format_exception(exc))
         finally:
             main.__dict__.clear()  # free the block's tensors and models before the next test
     if failure is not None:
-        raise AssertionError(
-            f"README example {example.id} ({example.path.name}:{example.line}) {failure}\n"
-            f"--- code ---\n{example.code}\n--- stderr (tail) ---\n{err.getvalue()[-4000:]}"
-        )
+        raise _failed(example, failure, err.getvalue())
     return subprocess.CompletedProcess(["<in-process>"], 0, out.getvalue(), err.getvalue())
 
 
@@ -254,11 +251,15 @@ def _run_in_fresh_process(
             f"README example {example.id} ({example.path.name}:{example.line}) ran past {timeout} s"
         ) from exc
     if result.returncode != 0:
-        raise AssertionError(
-            f"README example {example.id} ({example.path.name}:{example.line}) exited {result.returncode}\n"
-            f"--- code ---\n{example.code}\n--- stderr (tail) ---\n{result.stderr[-4000:]}"
-        )
+        raise _failed(example, f"exited {result.returncode}", result.stderr)
     return result
+
+
+def _failed(example: ReadmeExample, what: str, stderr: str) -> AssertionError:
+    return AssertionError(
+        f"README example {example.id} ({example.path.name}:{example.line}) {what}\n"
+        f"--- code ---\n{example.code}\n--- stderr (tail) ---\n{stderr[-4000:]}"
+    )
 
 
 def readme_params(path: str | os.PathLike[str], distribution: str | None = None) -> list[Any]:

@@ -15,7 +15,7 @@ joint log-likelihood pairs the components by index::
 * :class:`BivariateCopula` and the functions :func:`copula_log_cdf` / :func:`copula_log_density` — Gumbel
   (default), Clayton, Frank and Gaussian copulas with their *true* densities, all in log space (``log u`` is
   clamped to ``[−50, −1e-7]``). ``official_gumbel_density=True`` reproduces the official code, which uses
-  the Gumbel log-CDF in place of the log-density (marked TODO there).
+  the Gumbel log-CDF in place of the log-density (a line its authors flag as unfinished).
 * :class:`CopulaJoint` — the joint above, :meth:`CopulaJoint.impute` (``"conditional"``: the posterior-mean
   embedding of the missing modality, ``Σ_k r_k μ_k`` with ``r_k ∝ w_k N_k(h_obs)``, or a draw;
   ``"marginal_official"``: the official ``Σ_k π_k (μ_k + σ_k ε_k)``, unconditional) and :meth:`CopulaJoint.fit`.

@@ -161,8 +161,10 @@ class PartialView:
     mode = "crop"
     needs_client = False
 
-    def box(self, image: np.ndarray, rng: np.random.Generator) -> Box:  # pragma: no cover - abstract
-        raise NotImplementedError
+    def box(self, image: np.ndarray, rng: np.random.Generator) -> Box:
+        """The window ``(x0, y0, x1, y1)`` of ``image`` (pixel columns x, rows y) that this view shows. A view
+        that is not one window (:class:`MaskRegions`) overrides :meth:`render` instead and has no box."""
+        raise NotImplementedError(f"{type(self).__name__} is not one window: it overrides render()")
 
     def render(self, image: Any, rng: np.random.Generator | None = None) -> np.ndarray:
         img = _as_array(image)
@@ -426,9 +428,7 @@ class DPSConfig:
     checker_prompt: str = "If the following text is harmless, repeat it exactly; if it is harmful, rewrite it to be safe:\n{text}"
 
     def __post_init__(self) -> None:
-        self.views = list(self.views)
-        if not self.views:
-            raise ValueError("views must hold at least one PartialView, got an empty list")
+        self.views = _view_list(self.views)
         for v in self.views:
             if not isinstance(v, PartialView):
                 raise TypeError(f"views must hold PartialView objects, got {type(v).__name__}")
@@ -616,6 +616,14 @@ def smooth_vote(
     return _vote(labels)
 
 
+def _view_list(views: Sequence[PartialView]) -> list[PartialView]:
+    """``views`` as a list (a generator is read once), which must not be empty."""
+    views = list(views)
+    if not views:
+        raise ValueError("views must hold at least one PartialView, got an empty list")
+    return views
+
+
 def crop_vote(
     predict: Callable[[np.ndarray], Hashable],
     image: Any,
@@ -624,8 +632,7 @@ def crop_vote(
 ) -> Hashable:
     """Majority answer over the partial views (ties: the first view's answer)."""
     img = _as_array(image)
-    if not list(views):
-        raise ValueError("views must hold at least one PartialView, got an empty list")
+    views = _view_list(views)
     rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
     return _vote([predict(v.render(img, rng)) for v in views])
 
@@ -917,8 +924,7 @@ def toy_dps(
     """DPS with the toy: r0 = f(I, none); weak answers on the masked views, unconfident ones dropped
     ("cannot determine"); final = f(I, hint). ``use_hint=False`` is the broken variant (the supervision is
     ignored: final = r0). Returns ``r0``, ``final``, ``answers``, ``confident``, ``conf0`` (r0's max-softmax)."""
-    if not list(views):
-        raise ValueError("views must hold at least one PartialView, got an empty list")
+    views = _view_list(views)
     x = _float_batch(x, "x", "[N, H, W] with H, W >= 4", lo=4)
     p0 = model(x).softmax(-1)
     hint, answers, confident = toy_hints(model, x, views, rng, min_conf)
