@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from icml25.kernels import hadamard_grid as hg
+from icml25.kernels import nn_match as nnm
 from icml25.kernels import quantization as qz
 from icml25.kernels import retention as rt
 from icml25.kernels import selective_scan as ss
@@ -331,6 +332,19 @@ REGISTRY: dict[str, list[HostileSpec]] = {
         ),
         HostileSpec("default_chunk_size", rt.default_chunk_size, {"n_agents": 3}, ("n_agents",)),
     ],
+    "nn_match": [
+        HostileSpec(
+            "nearest_neighbor",
+            nnm.nearest_neighbor,
+            {"x": _randn(2, 6, 4), "y": _randn(2, 3, 4), "metric": "euclidean", **REF},
+            ("x", "y"),
+            {
+                "constant": "constant tokens are valid: every score ties and the lowest index wins",
+                "empty:0": EMPTY_OK,
+                "x:empty:1": "no sources: an empty [G, 0] result",
+            },
+        ),
+    ],
     "token_merge": [
         HostileSpec(
             "facility_location_greedy",
@@ -403,6 +417,7 @@ MODULES = {
     "xor_lag": xl,
     "hadamard_grid": hg,
     "token_merge": tmg,
+    "nn_match": nnm,
 }
 EXCLUDED = {
     "quantization": {},
@@ -418,6 +433,11 @@ EXCLUDED = {
     },
     "xor_lag": {"xor_lag_counts_reference": ORACLE, "xor_lag_counts_bruteforce": ORACLE},
     "hadamard_grid": {},
+    "nn_match": {
+        "nearest_neighbor_chunked_reference": ORACLE,
+        "nearest_neighbor_reference": ORACLE,
+        "similarity_matrix_reference": ORACLE,
+    },
     "token_merge": {
         "bipartite_soft_matching_2d_reference": ORACLE,
         "facility_location_bruteforce": "brute-force test oracle (tiny n only), arguments not validated",

@@ -14,6 +14,12 @@ def test_version_matches_distribution_metadata() -> None:
     assert package.__version__ == version("icml25-kernels")
 
 
+def test_nn_match_family_exports_resolve() -> None:
+    import icml25.kernels.nn_match as family
+
+    assert [name for name in family.__all__ if not hasattr(family, name)] == []
+
+
 def test_retention_family_exports_resolve() -> None:
     import icml25.kernels.retention as family
 

@@ -1,0 +1,135 @@
+"""AsymRnR: Video Diffusion Transformers Acceleration with Asymmetric Reduction and Restoration — ICML 2025,
+P21: nearest-neighbour matching ops.
+
+AsymRnR (Sun et al., ICML 2025; official code ``wenhao728/AsymRnR``) matches every source token to its most
+similar destination token, per head, before reducing the sequence. For video transformers the dense
+``Ns × Nd`` similarity matrix is the memory bottleneck (CogVideoX-5B: ~2.2k × 15.3k × 48 heads ≈ 6.4 GB in
+float32), so the op here never materialises it outside the reference. Public ops:
+
+* :func:`nearest_neighbor` — ``(similarity [..., Ns], index [..., Ns])`` of each source's most similar
+  destination, metric ``"euclidean"`` (negative squared distance), ``"cosine"`` or ``"dot"``; batched over
+  any leading dims (batch, heads). Backends: the chunked torch path (any device, peak memory
+  ``chunk × chunk`` per leading index) or Triton (CUDA, a tiled running argmax).
+* :func:`nearest_neighbor_reference` — the dense definition; :func:`nearest_neighbor_chunked_reference` —
+  the streaming torch path; :func:`similarity_matrix_reference` — the dense matrix.
+
+Ties go to the lowest destination index on every backend. Inputs are checked for NaN/Inf (a NaN would
+silently change the matches) and for squared norms that overflow float32 (euclidean, dot) by default
+(``check_finite=True``, one host sync). Forward only.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from icml25.kernels._dispatch import select_backend
+from icml25.kernels.nn_match.reference import (
+    _unit_rows,
+    nearest_neighbor_chunked_reference,
+    nearest_neighbor_reference,
+    similarity_matrix_reference,
+)
+
+__all__ = [
+    "METRICS",
+    "nearest_neighbor",
+    "nearest_neighbor_chunked_reference",
+    "nearest_neighbor_reference",
+    "similarity_matrix_reference",
+]
+
+METRICS = ("euclidean", "cosine", "dot")
+"""Similarity measures of :func:`nearest_neighbor` (``"euclidean"`` is ``−‖x − y‖²``)."""
+
+
+def _check_tokens(name: str, t: object) -> torch.Tensor:
+    form = "[..., N, C]"
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor {form}, got {type(t).__name__}")
+    if not t.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor {form}, got dtype {t.dtype}")
+    if t.ndim < 2:
+        raise ValueError(f"{name} must have at least 2 dims {form}, got shape {tuple(t.shape)}")
+    if t.shape[-1] == 0:
+        raise ValueError(f"{name} must have at least one feature (C >= 1), got shape {tuple(t.shape)}")
+    return t
+
+
+def _check_values(name: str, t: torch.Tensor, metric: str) -> None:
+    if not t.numel():
+        return
+    if not bool(torch.isfinite(t).all()):
+        n_nan, n_inf = int(torch.isnan(t).sum()), int(torch.isinf(t).sum())
+        raise ValueError(
+            f"{name} must be finite; got {n_nan} NaN and {n_inf} Inf values in a tensor of shape "
+            f"{tuple(t.shape)} (pass check_finite=False to skip this check)"
+        )
+    if metric != "cosine":
+        sq = float(t.double().square().sum(-1).max())
+        if not sq < 1e37:  # ‖x‖² and 2⟨x, y⟩ must stay finite in float32
+            raise ValueError(
+                f"{name} has a squared row norm {sq:.3g} that overflows float32 {metric} scores (limit 1e37); "
+                f"rescale the tokens or use metric='cosine'"
+            )
+
+
+def nearest_neighbor(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    metric: str = "euclidean",
+    chunk: int = 1024,
+    check_finite: bool = True,
+    backend: str | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The most similar destination ``y`` of every source ``x`` and its similarity.
+
+    Args:
+        x: ``[..., Ns, C]`` source tokens (leading dims, e.g. batch and heads, as in ``y``).
+        y: ``[..., Nd, C]`` destination tokens, ``Nd >= 1``.
+        metric: ``"euclidean"`` (similarity ``−‖x − y‖²``, via ``‖x‖² − 2⟨x, y⟩ + ‖y‖²``), ``"cosine"`` or
+            ``"dot"``.
+        chunk: block size (sources and destinations) of the torch path; peak extra memory ``chunk²`` floats
+            per leading index instead of ``Ns × Nd``.
+        check_finite: reject NaN/Inf and float32-overflowing squared norms (one host sync).
+        backend: ``"auto"``/``"reference"``/``"triton"``; see :func:`icml25.kernels.select_backend`.
+
+    Returns:
+        ``(similarity [..., Ns] float32, index [..., Ns] int64)``; ties go to the lowest destination index.
+    """
+    x = _check_tokens("x", x)
+    y = _check_tokens("y", y)
+    if metric not in METRICS:
+        raise ValueError(f"metric must be one of {METRICS}, got {metric!r}")
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+        raise ValueError(f"chunk must be an int >= 1 (block size of the torch path), got {chunk!r}")
+    if x.shape[:-2] != y.shape[:-2] or x.shape[-1] != y.shape[-1]:
+        raise ValueError(
+            f"y must have the leading dims {list(x.shape[:-2])} and feature dim C = {x.shape[-1]} of x "
+            f"(x {tuple(x.shape)} = [..., Ns, C]), got shape {tuple(y.shape)} (expected [..., Nd, C])"
+        )
+    if y.shape[-2] == 0 and x.shape[-2] > 0 and x[..., 0, 0].numel():
+        raise ValueError(f"y must hold at least one destination (Nd >= 1), got shape {tuple(y.shape)}")
+    if y.device != x.device:
+        raise ValueError(f"y must be on the device of x ({x.device}), got {y.device}")
+    if check_finite:
+        _check_values("x", x, metric)
+        _check_values("y", y, metric)
+    lead, ns, nd, c = x.shape[:-2], x.shape[-2], y.shape[-2], x.shape[-1]
+    which = select_backend(x, y, backend=backend)
+    if which == "triton" and x.numel() and y.numel():
+        from icml25.kernels.nn_match import triton as tri
+
+        xs, ys = (x, y) if metric != "cosine" else (_unit_rows(x), _unit_rows(y))
+        xs, ys = xs.reshape(-1, ns, c), ys.reshape(-1, nd, c)
+        if metric == "euclidean":
+            ysq = ys.float().square().sum(-1)
+        else:
+            ysq = torch.zeros(ys.shape[:2], device=ys.device)
+        val, idx = tri.nearest_neighbor_fwd(xs, ys, ysq)
+        if metric == "euclidean":
+            val = (val - xs.float().square().sum(-1)).clamp_max(0.0)
+        else:
+            val = val * 0.5
+        return val.reshape(*lead, ns), idx.reshape(*lead, ns)
+    return nearest_neighbor_chunked_reference(x, y, metric, chunk)
