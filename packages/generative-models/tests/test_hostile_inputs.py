@@ -839,6 +839,107 @@ def _p26_specs() -> list[HostileSpec]:
 SPECS += _p26_specs()
 
 
+def _p21_specs() -> list[HostileSpec]:
+    """P21 AsymRnR: split, matching, reduce/restore, asymmetric attention, schedule, calibration, cache."""
+    from icml25.kernels.testing import Allow
+
+    g = torch.Generator().manual_seed(21)
+
+    def _g0():
+        return torch.Generator().manual_seed(0)
+
+    grid = (2, 4, 4)
+    x = torch.randn(2, 32, 3, generator=g)
+    split = gm.spatiotemporal_split(grid, (2, 2, 2), generator=torch.Generator().manual_seed(0))
+    match = gm.match_tokens(x, split)
+    prop = Allow("documented: reduce/restore are gathers and propagate NaN/Inf (no host sync)", False)
+    gather = {"nan": prop, "posinf": prop, "neginf": prop, "constant": CONST_OK, "huge": CONST_OK}
+    ties = "constant tokens are valid: every distance ties and the lowest destination index wins"
+    qkv = {n: torch.randn(1, 2, 37, 4, generator=g) for n in "qkv"}
+
+    def _reduce():
+        return (lambda x, ratio: gm.reduce_tokens(x, split, match, ratio)[0]), {"x": x, "ratio": 0.5}, None
+
+    def _restore():
+        xr, info = gm.reduce_tokens(x, split, match, 0.5)
+        return (lambda y: gm.restore_tokens(y, info)), {"y": xr}, None
+
+    def _rnr():
+        return (
+            (lambda x, ratio: gm.rnr_apply(x, torch.tanh, split, match, ratio)),
+            {"x": x, "ratio": 0.5},
+            None,
+        )
+
+    def _recorder():
+        rec = gm.RedundancyRecorder(1, 1, (2, 2, 2))
+        return (lambda x: rec.record("v", 0, 0, x, grid)), {"x": x}, None
+
+    def _cache():
+        def fn(x):
+            return gm.MatchCache(2, generator=_g0()).get("b0", 0, x, grid, (2, 2, 2))[1].similarity
+
+        return fn, {"x": x}, None
+
+    tiers = {"q": torch.tensor([[3, 7]]), "v": torch.tensor([[9, 1]])}
+
+    def _calibrate():
+        def fn(x):
+            return gm.calibrate_redundancy(
+                lambda rec: rec.record("q", 0, 0, x, grid), 1, 1, {"q": {5: 0.5}}
+            ).tiers
+
+        return fn, {"x": x}, None
+
+    return [
+        HostileSpec("spatiotemporal_split",
+                    lambda grid, stride: gm.spatiotemporal_split(grid, stride, generator=_g0()).dst_idx,
+                    {"grid": grid, "stride": (2, 2, 2)}, ()),
+        HostileSpec("match_tokens", lambda x: gm.match_tokens(x, split).similarity, {"x": x}, ("x",),
+                    {"constant": ties, "x:empty:0": "an empty batch gives an empty matching"}, covers=("match_tokens",)),
+        HostileSpec("reduce_tokens", setup=_reduce, arrays=("x", "ratio"),
+                    allow={**gather, "x:empty:0": "an empty batch reduces to an empty batch"}),
+        HostileSpec("restore_tokens", setup=_restore, arrays=("y",),
+                    allow={**gather, "y:empty:0": "an empty batch restores to an empty batch",
+                           "y:empty:2": "features are carried along: C = 0 restores to C = 0",
+                           "y:dtype": "integer outputs restore like any other (a gather)"}),
+        HostileSpec("rnr_apply", setup=_rnr, arrays=("x", "ratio"),
+                    allow={**gather, "x:empty:0": "an empty batch reduces to an empty batch"}),
+        HostileSpec("asymrnr_attention",
+                    lambda q, k, v, ratio_q, ratio_kv: gm.asymrnr_attention(
+                        q, k, v, grid, text_len=5, ratio_q=ratio_q, ratio_kv=ratio_kv,
+                        generator=torch.Generator().manual_seed(0)),
+                    {**qkv, "ratio_q": 0.5, "ratio_kv": 0.3}, ("q", "k", "v", "ratio_q", "ratio_kv"),
+                    {"constant": ties, "empty:0": "an empty batch attends to nothing: empty result",
+                     "empty:1": "no heads: an empty result"}, covers=("asymrnr_attention",)),
+        HostileSpec("reduced_length", gm.reduced_length, {"n": 32, "n_dst": 4, "ratio": 0.5}, ()),
+        HostileSpec("tiers_from_statistic", gm.tiers_from_statistic, {"stat": torch.randn(3, 4, generator=g)},
+                    ("stat",), {"stat:constant": "constant statistics get distinct decile ranks by index order",
+                                "stat:huge": "only the ranks matter",
+                                "stat:empty:0": "no entries: an empty tier table",
+                                "stat:empty:1": "no entries: an empty tier table",
+                                "stat:dtype": "integer statistics rank like any other",
+                                "stat:extra_dim": "any shape is ranked as a whole",
+                                "stat:missing_dim": "any shape is ranked as a whole",
+                                "stat:nan": Allow("documented: NaN sorts last (tier 9); record() never produces it"),
+                                "stat:posinf": "+Inf ranks highest",
+                                "stat:neginf": "-Inf ranks lowest"}),
+        HostileSpec("RnRSchedule", lambda tiers: gm.RnRSchedule(tiers, {"q": {5: 0.4}}).ratios(0, 1),
+                    {"tiers": tiers}, (), covers=("RnRSchedule",)),
+        HostileSpec("RedundancyRecorder.record", setup=_recorder, arrays=("x",),
+                    allow={"constant": "constant tokens: zero distances, statistic 1 - 0 / norm (all redundant)"},
+                    covers=("RedundancyRecorder",)),
+        HostileSpec("calibrate_redundancy", setup=_calibrate, arrays=("x",),
+                    allow={"constant": "constant tokens: zero distances, statistic 1 - 0 / norm"}),
+        HostileSpec("MatchCache.get", setup=_cache, arrays=("x",),
+                    allow={"constant": ties, "x:empty:0": "an empty batch gives an empty matching"},
+                    covers=("MatchCache",)),
+    ]  # fmt: skip
+
+
+SPECS += _p21_specs()
+
+
 # ---- P30 first-order bilevel diffusion ----------------------------------------------------------------
 
 _P30_MU = torch.tensor([[-1.0, 0.0], [1.0, 0.5]], dtype=torch.float64)
@@ -1164,6 +1265,13 @@ SPECS += _p28_specs()
 
 
 EXCLUDED = {
+    "MatchResult": "a result container built by match_tokens, not a user entry point",
+    "RestoreInfo": "a result container built by reduce_tokens, not a user entry point",
+    "TokenSplit": "a result container built by spatiotemporal_split, not a user entry point",
+    "apply_asymrnr": "needs diffusers: its bad inputs are tested with a real CogVideoX in test_asymrnr_diffusers.py",
+    "remove_asymrnr": "needs diffusers: exercised with a real CogVideoX in test_asymrnr_diffusers.py",
+    "asymrnr_step_callback": "needs diffusers: exercised with a real CogVideoX in test_asymrnr_diffusers.py",
+    "calibrate_asymrnr": "needs diffusers: exercised with a real CogVideoX in test_asymrnr_diffusers.py",
     "DiffusersUNetNet": "needs diffusers: exercised with a real UNet2DModel in test_vct_diffusers.py",
     "RolloutResult": "a result container built by thermalized_rollout, not a user entry point",
     "TrainResult": "a result container returned by train_flow, not a user entry point",

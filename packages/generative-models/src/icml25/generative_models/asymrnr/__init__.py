@@ -43,13 +43,18 @@ __all__ = [
     "RestoreInfo",
     "RnRSchedule",
     "TokenSplit",
+    "apply_asymrnr",
     "asymrnr_attention",
+    "asymrnr_step_callback",
+    "calibrate_asymrnr",
     "calibrate_redundancy",
     "match_tokens",
     "reduce_tokens",
     "reduced_length",
+    "remove_asymrnr",
     "restore_tokens",
     "rnr_apply",
+    "set_step",
     "spatiotemporal_split",
     "tiers_from_statistic",
 ]
@@ -84,12 +89,30 @@ def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> str:
     return str(value)
 
 
+def _check_finite_tokens(name: str, x: torch.Tensor) -> None:
+    """NaN/Inf, or squared norms that overflow float32 distances, would silently change every match."""
+    if not x.numel():
+        return
+    if not bool(torch.isfinite(x).all()):
+        n_nan, n_inf = int(torch.isnan(x).sum()), int(torch.isinf(x).sum())
+        raise ValueError(
+            f"{name} must be finite; got {n_nan} NaN and {n_inf} Inf values in shape {tuple(x.shape)}"
+        )
+    sq = float(x.double().square().sum(-1).max())
+    if not sq < 1e37:
+        raise ValueError(
+            f"{name} has a squared row norm {sq:.3g} that overflows float32 distances (limit 1e37); rescale it"
+        )
+
+
 def _check_tokens(name: str, x: object, n: int) -> torch.Tensor:
     if not isinstance(x, torch.Tensor) or not x.is_floating_point():
         got = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
         raise TypeError(f"{name} must be a floating-point torch.Tensor [..., N, C], got {got}")
     if x.ndim < 2:
         raise ValueError(f"{name} must have at least 2 dims [..., N, C], got shape {tuple(x.shape)}")
+    if x.shape[-1] == 0:
+        raise ValueError(f"{name} must have at least one feature (C >= 1), got shape {tuple(x.shape)}")
     if x.shape[-2] != n:
         raise ValueError(
             f"{name} has {x.shape[-2]} tokens (dim -2) but the split's grid F*H*W has {n}; slice off the "
@@ -192,6 +215,7 @@ def match_tokens(
         raise TypeError(f"split must be a TokenSplit (spatiotemporal_split), got {type(split).__name__}")
     metric = _check_choice("metric", metric, (*METRICS, "random"))
     x = _check_tokens("x", x, split.n)
+    _check_finite_tokens("x", x)
     dst = x.index_select(-2, split.dst_idx.to(x.device))
     src = x.index_select(-2, split.src_idx.to(x.device))
     if metric == "random":
@@ -253,6 +277,14 @@ def reduce_tokens(
     n_src, c = split.src_idx.numel(), x.shape[-1]
     n_keep = reduced_length(split.n, split.n_dst, ratio) - split.n_dst
     lead = x.shape[:-2]
+    if not isinstance(match, MatchResult):
+        raise TypeError(f"match must be a MatchResult (match_tokens), got {type(match).__name__}")
+    m_lead = match.order.shape[:-1]
+    if match.order.shape[-1] != n_src or tuple(lead[: len(m_lead)]) != tuple(m_lead):
+        raise ValueError(
+            f"x must have the leading dims {list(m_lead)} of the matching (then any more), got shape "
+            f"{tuple(x.shape)}; the matching has {match.order.shape[-1]} sources, the split {n_src}"
+        )
     order = match.order.to(x.device)
     while order.ndim < x.ndim - 1:  # broadcast a per-batch matching over the inner dims (heads)
         order = order.unsqueeze(-2)
@@ -291,6 +323,11 @@ def restore_tokens(y: torch.Tensor, info: RestoreInfo) -> torch.Tensor:
         got = tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
         raise ValueError(f"y must be [..., {n_red}, C] (the reduced length of info), got {got}")
     lead, c = y.shape[:-2], y.shape[-1]
+    i_lead = info.kept_pos.shape[:-1]
+    if tuple(lead[: len(i_lead)]) != tuple(i_lead) or len(lead) < len(i_lead):
+        raise ValueError(
+            f"y must have the leading dims {list(i_lead)} of the reduced tokens, got shape {tuple(y.shape)}"
+        )
     kept, dst = y[..., : info.n_kept, :], y[..., info.n_kept :, :]
     out = y.new_empty(*lead, info.n, c)
     kp = info.kept_pos.expand(*lead, info.n_kept)
@@ -344,6 +381,8 @@ class MatchCache:
         stride: tuple[int, int, int],
         metric: str = "euclidean",
     ) -> tuple[TokenSplit, MatchResult]:
+        grid = _check_triple("grid", grid)
+        _check_tokens("x", x, math.prod(grid))
         hit = self._store.get(key)
         if hit is not None and hit[0] <= step < hit[0] + self.cache_steps:
             return hit[1], hit[2]
@@ -383,6 +422,7 @@ def asymrnr_attention(
     step: int = 0,
     generator: torch.Generator | None = None,
     attention: Callable[..., torch.Tensor] | None = None,
+    check_finite: bool = True,
 ) -> torch.Tensor:
     """Attention with queries and keys/values reduced independently, the query side restored.
 
@@ -398,6 +438,7 @@ def asymrnr_attention(
         cache, cache_key, step: reuse the split and matching (``cache_key`` plus ``"q"``/``"kv"``).
         generator: the split's randomness without a cache.
         attention: ``attention(q, k, v, bias)``; default ``scaled_dot_product_attention``.
+        check_finite: reject NaN/Inf and float32-overflowing tokens in q, k, v (one host sync).
 
     Returns:
         ``[B, H, L, d]``, equal to plain attention when both ratios are 0.
@@ -405,6 +446,21 @@ def asymrnr_attention(
     ratio_q, ratio_kv = _check_ratio("ratio_q", ratio_q), _check_ratio("ratio_kv", ratio_kv)
     grid = _check_triple("grid", grid)
     n = math.prod(grid)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+            got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
+            raise TypeError(f"{name} must be a floating-point torch.Tensor [B, H, L, d], got {got}")
+        if t.ndim != 4:
+            raise ValueError(f"{name} must be 4-D [B, H, L, d], got shape {tuple(t.shape)}")
+        if t.shape[-1] == 0:
+            raise ValueError(f"{name} must have a head dim d >= 1, got shape {tuple(t.shape)}")
+        if check_finite:
+            _check_finite_tokens(name, t)
+    for name, t in (("k", k), ("v", v)):
+        if t.shape[:2] != q.shape[:2] or t.shape[-1] != q.shape[-1]:
+            raise ValueError(
+                f"{name} must have q's batch, heads and head dim {tuple(q.shape[:2])}, d = {q.shape[-1]}; got shape {tuple(t.shape)}"
+            )
     L = q.shape[-2]
     if L != text_len + n or k.shape[-2] != L or v.shape[-2] != L:
         raise ValueError(
@@ -599,6 +655,12 @@ class RedundancyRecorder:
         self, feature: str, block: int, step: int, x: torch.Tensor, grid: tuple[int, int, int]
     ) -> float:
         feature = _check_choice("feature", feature, FEATURES)
+        x = _check_tokens("x", x, math.prod(_check_triple("grid", grid)))
+        if x.numel() == 0:
+            raise ValueError(
+                f"x must hold at least one token sequence with features, got shape {tuple(x.shape)}"
+            )
+        _check_finite_tokens("x", x)
         split = spatiotemporal_split(grid, self.stride, generator=self.generator, device=x.device)
         m = match_tokens(x.detach().float(), split, "euclidean")
         rel = float((-m.similarity).mean() / x.detach().float().square().sum(-1).mean().clamp_min(1e-30))
@@ -648,3 +710,44 @@ def warn_stuck_step() -> None:
             "callback_on_step_end=asymrnr_step_callback to the pipeline or call set_step(transformer, i)",
             stacklevel=3,
         )
+
+
+# ------------------------------------------------------------------- diffusers (lazy, optional extra)
+def apply_asymrnr(transformer, schedule, stride=(2, 2, 2), cache_steps=5, mode="replace", metric="euclidean", generator=None):  # fmt: skip
+    """Patch a diffusers ``CogVideoXTransformer3DModel`` with AsymRnR attention processors.
+
+    See :func:`icml25.generative_models.asymrnr.diffusers_processor.apply_asymrnr` (needs the ``diffusers``
+    extra). Returns the shared state (schedule, grid, step, matching cache).
+    """
+    from icml25.generative_models.asymrnr import diffusers_processor as dp
+
+    return dp.apply_asymrnr(transformer, schedule, stride, cache_steps, mode, metric, generator)
+
+
+def remove_asymrnr(transformer) -> None:
+    """Restore the original attention processors of a patched transformer (diffusers extra)."""
+    from icml25.generative_models.asymrnr import diffusers_processor as dp
+
+    dp.remove_asymrnr(transformer)
+
+
+def set_step(transformer, step_index: int) -> None:
+    """Set the denoising step used by the schedule and the matching cache of a patched transformer."""
+    from icml25.generative_models.asymrnr import diffusers_processor as dp
+
+    dp.set_step(transformer, step_index)
+
+
+def asymrnr_step_callback(pipe, step_index, timestep, callback_kwargs):
+    """``callback_on_step_end`` for diffusers pipelines: advances :func:`set_step` after each step."""
+    from icml25.generative_models.asymrnr import diffusers_processor as dp
+
+    return dp.asymrnr_step_callback(pipe, step_index, timestep, callback_kwargs)
+
+
+def calibrate_asymrnr(transformer, run, num_steps, thresholds, stride=(2, 2, 2), seed=0) -> RnRSchedule:
+    """Calibrate a schedule from one run of an unpatched CogVideoX transformer (diffusers extra); see
+    :func:`icml25.generative_models.asymrnr.diffusers_processor.calibrate_asymrnr`."""
+    from icml25.generative_models.asymrnr import diffusers_processor as dp
+
+    return dp.calibrate_asymrnr(transformer, run, num_steps, thresholds, stride, seed)
