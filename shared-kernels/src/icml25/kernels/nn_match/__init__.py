@@ -1,5 +1,5 @@
-"""AsymRnR: Video Diffusion Transformers Acceleration with Asymmetric Reduction and Restoration — ICML 2025,
-P21: nearest-neighbour matching ops.
+"""AsymRnR: Video DiT Acceleration with Asymmetric Reduction and Restoration — ICML 2025, P21: NN matching.
+Nearest-neighbour matching ops.
 
 AsymRnR (Sun et al., ICML 2025; official code ``wenhao728/AsymRnR``) matches every source token to its most
 similar destination token, per head, before reducing the sequence. For video transformers the dense

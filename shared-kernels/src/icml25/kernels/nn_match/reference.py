@@ -1,5 +1,5 @@
-"""AsymRnR: Video Diffusion Transformers Acceleration with Asymmetric Reduction and Restoration — ICML 2025,
-P21: nearest-neighbour matching, the PyTorch reference (the specification and test oracle).
+"""AsymRnR: Video DiT Acceleration with Asymmetric Reduction and Restoration — ICML 2025, P21: NN reference.
+Nearest-neighbour matching, the PyTorch reference (the specification and test oracle).
 
 For each source token ``x_i`` the most similar destination token ``y_j`` and its similarity:
 

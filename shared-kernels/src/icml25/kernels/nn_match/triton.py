@@ -1,5 +1,5 @@
-"""AsymRnR: Video Diffusion Transformers Acceleration with Asymmetric Reduction and Restoration — ICML 2025,
-P21: the Triton nearest-neighbour kernel (tiled running argmax).
+"""AsymRnR: Video DiT Acceleration with Asymmetric Reduction and Restoration — ICML 2025, P21: NN kernel.
+The Triton nearest-neighbour kernel (tiled running argmax).
 
 One program per (group, block of ``BLOCK_S`` sources). It streams over blocks of ``BLOCK_D`` destinations,
 computes the score tile ``2⟨x, y⟩ − ‖y‖²`` (euclidean; ``⟨x, y⟩`` for dot and for cosine on pre-normalised

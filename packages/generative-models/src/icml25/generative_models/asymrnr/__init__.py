@@ -1,5 +1,5 @@
-"""AsymRnR: Video Diffusion Transformers Acceleration with Asymmetric Reduction and Restoration — ICML 2025,
-P21: asymmetric token reduction and restoration around attention.
+"""AsymRnR: Video DiT Acceleration with Asymmetric Reduction and Restoration — ICML 2025, P21: token reduction.
+Asymmetric token reduction and restoration around attention.
 
 Sun, Tu, Liao, Jin, Tao, ICML 2025 (arXiv 2412.11706; official code ``wenhao728/AsymRnR``). Training-free:
 in each attention call the video tokens on an ``(F, H, W)`` grid are split into one random *destination*
@@ -606,7 +606,10 @@ class RnRSchedule:
 
     def save(self, path: str | Path) -> None:
         """Write the tiers as safetensors (keys h/q/k/v, int64 ``[num_blocks, num_steps]``, the reference's format)."""
-        from safetensors.torch import save_file
+        try:
+            from safetensors.torch import save_file
+        except ImportError as exc:  # pragma: no cover - safetensors comes with icml25-kernels
+            raise ImportError("RnRSchedule files are safetensors: pip install safetensors") from exc
 
         save_file({f: t.contiguous() for f, t in self.tiers.items()}, str(path))
 
@@ -619,7 +622,10 @@ class RnRSchedule:
         num_steps: int | None = None,
     ) -> RnRSchedule:
         """Load tiers saved by :meth:`save` or shipped by the official code (``schedulers/*.safetensors``)."""
-        from safetensors.torch import load_file
+        try:
+            from safetensors.torch import load_file
+        except ImportError as exc:  # pragma: no cover - safetensors comes with icml25-kernels
+            raise ImportError("RnRSchedule files are safetensors: pip install safetensors") from exc
 
         return cls(
             dict(load_file(str(path))), {f: dict(v) for f, v in thresholds.items()}, num_blocks, num_steps

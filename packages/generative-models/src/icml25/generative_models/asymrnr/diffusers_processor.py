@@ -1,5 +1,5 @@
-"""AsymRnR: Video Diffusion Transformers Acceleration with Asymmetric Reduction and Restoration — ICML 2025,
-P21: the diffusers integration (CogVideoX).
+"""AsymRnR: Video DiT Acceleration with Asymmetric Reduction and Restoration — ICML 2025, P21: diffusers.
+The diffusers integration (CogVideoX).
 
 :func:`apply_asymrnr` replaces the attention processor of every block of a diffusers
 ``CogVideoXTransformer3DModel`` by :class:`AsymRnRProcessor`: the block's own projections, QK-norm and

@@ -1,5 +1,5 @@
-"""AsymRnR: Video Diffusion Transformers Acceleration with Asymmetric Reduction and Restoration — ICML 2025,
-P21: small-scale reproduction.
+"""AsymRnR: Video DiT Acceleration with Asymmetric Reduction and Restoration — ICML 2025, P21: reproduction.
+Small-scale reproduction.
 
 Sun et al., ICML 2025 (arXiv 2412.11706; official code ``wenhao728/AsymRnR``). Claim: reducing queries and
 keys/values separately, by amounts taken from a per-(feature, block, step) redundancy schedule, keeps a video
