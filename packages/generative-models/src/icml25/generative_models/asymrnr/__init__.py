@@ -708,14 +708,12 @@ def calibrate_redundancy(
 
 
 def warn_stuck_step() -> None:
-    """Warn once per process that the denoising step was never advanced (schedule stuck at step 0)."""
-    if not getattr(warn_stuck_step, "_done", False):
-        warn_stuck_step._done = True  # type: ignore[attr-defined]
-        warnings.warn(
-            "AsymRnR: set_step was never called, so the schedule and matching cache stay at step 0; pass "
-            "callback_on_step_end=asymrnr_step_callback to the pipeline or call set_step(transformer, i)",
-            stacklevel=3,
-        )
+    """Warn that the denoising step was never advanced (the schedule and cache stay at step 0)."""
+    warnings.warn(
+        "AsymRnR: set_step was never called, so the schedule and matching cache stay at step 0; pass "
+        "callback_on_step_end=asymrnr_step_callback to the pipeline or call set_step(transformer, i)",
+        stacklevel=3,
+    )
 
 
 # ------------------------------------------------------------------- diffusers (lazy, optional extra)

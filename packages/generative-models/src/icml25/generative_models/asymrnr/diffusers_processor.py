@@ -71,6 +71,7 @@ class AsymRnRState:
         self.step = 0
         self.step_set = False
         self.forwards = 0
+        self.warned = False
 
 
 class AsymRnRProcessor:
@@ -148,7 +149,8 @@ def _pre_hook(module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
     frames = hs.shape[1] // pt
     st.grid = (frames, hs.shape[3] // p, hs.shape[4] // p)
     st.forwards += 1
-    if st.forwards > 1 and not st.step_set and st.recorder is None:
+    if st.forwards > 1 and not st.step_set and st.recorder is None and not st.warned:
+        st.warned = True  # once per patched transformer
         warn_stuck_step()
 
 
