@@ -1,6 +1,7 @@
 """The README-example runner (icml25.kernels.readme_examples): it finds every block, honours its directives
 and fails on a broken example."""
 
+import importlib
 import os
 import random
 import sys
@@ -11,6 +12,8 @@ import pytest
 import torch
 
 from icml25.kernels.readme_examples import missing_extras, readme_examples, run_readme_example
+
+_runner = importlib.import_module("icml25.kernels.readme_examples")
 
 README = """# Demo
 
@@ -109,6 +112,21 @@ print("ran")
     assert np.array_equal(np.random.get_state()[1], expected[1])  # noqa: NPY002
     assert torch.equal(torch.random.get_rng_state(), expected[2])
 
+
+
+def test_a_block_that_imports_torch_first_leaves_its_generator_as_freshly_imported(tmp_path: Path) -> None:
+    # Simulate a worker that had not imported torch before the block: hide it from sys.modules on entry.
+    (example,) = readme_examples(_write(tmp_path, "```python\nimport torch\ntorch.manual_seed(7)\n```\n"))
+    torch.manual_seed(123)
+    hidden = sys.modules.pop("torch")
+    try:
+        with _runner._restored_global_state(tmp_path):
+            sys.modules["torch"] = hidden
+            exec(example.code, {"__name__": "__main__"})
+    finally:
+        sys.modules["torch"] = hidden
+    assert torch.equal(torch.random.get_rng_state(), torch.Generator().get_state())
+    assert torch.initial_seed() == torch.Generator().initial_seed()
 
 def test_a_block_in_a_fresh_process_runs_from_cwd(tmp_path: Path) -> None:
     first = readme_examples(_write(tmp_path, README))[0]

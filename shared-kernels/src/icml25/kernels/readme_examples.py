@@ -230,6 +230,10 @@ def _restored_global_state(cwd: str | os.PathLike[str]) -> Iterator[None]:
         if saved_torch is not None:
             torch.random.set_rng_state(saved_torch[0])
             torch.set_num_threads(saved_torch[1])
+        elif (torch := sys.modules.get("torch")) is not None:
+            # The block imported torch first: leave its global generator as a fresh import has it,
+            # not at whatever seed the block chose, so the next test in this worker cannot lean on it.
+            torch.random.set_rng_state(torch.Generator().get_state())
 
 
 def _run_in_fresh_process(
