@@ -113,7 +113,6 @@ print("ran")
     assert torch.equal(torch.random.get_rng_state(), expected[2])
 
 
-
 def test_a_block_that_imports_torch_first_leaves_its_generator_as_freshly_imported(tmp_path: Path) -> None:
     # Simulate a worker that had not imported torch before the block: hide it from sys.modules on entry.
     (example,) = readme_examples(_write(tmp_path, "```python\nimport torch\ntorch.manual_seed(7)\n```\n"))
@@ -127,6 +126,7 @@ def test_a_block_that_imports_torch_first_leaves_its_generator_as_freshly_import
         sys.modules["torch"] = hidden
     assert torch.equal(torch.random.get_rng_state(), torch.Generator().get_state())
     assert torch.initial_seed() == torch.Generator().initial_seed()
+
 
 def test_a_block_in_a_fresh_process_runs_from_cwd(tmp_path: Path) -> None:
     first = readme_examples(_write(tmp_path, README))[0]
