@@ -121,7 +121,7 @@ def with_conformers(mol: Any, coords: np.ndarray | torch.Tensor, *, add_hs: bool
     ``add_hs=True`` adds hydrogens with coordinates placed by RDKit."""
     Chem, _, _ = _rdkit()
     mol = _check_mol(mol)
-    x = torch.as_tensor(coords, dtype=torch.float64) if not isinstance(coords, torch.Tensor) else coords.double()
+    x = _float_array(coords, "coords").double()
     n = mol.GetNumAtoms()
     if x.dim() != 3 or tuple(x.shape[1:]) != (n, 3):
         raise ValueError(f"coords must have shape (K, {n}, 3) for this molecule, got {tuple(x.shape)}")
@@ -155,10 +155,23 @@ def sample_conformers(
     return with_conformers(mol, x, add_hs=add_hs)
 
 
+def _float_array(x: object, name: str) -> torch.Tensor:
+    if isinstance(x, torch.Tensor):
+        t = x
+    else:
+        a = np.asarray(x)
+        if a.dtype.kind not in "fiub":
+            raise TypeError(f"{name} must hold float coordinates, got a {a.dtype} array")
+        t = torch.from_numpy(np.ascontiguousarray(a))
+    if not t.is_floating_point():
+        raise TypeError(f"{name} must hold float coordinates, got dtype {t.dtype}")
+    return t
+
+
 def _stack(x: object, name: str) -> torch.Tensor:
     if isinstance(x, (list, tuple)):
-        x = np.stack([np.asarray(a, dtype=np.float64) for a in x]) if len(x) else np.zeros((0, 0, 3))
-    t = torch.as_tensor(x) if not isinstance(x, torch.Tensor) else x
+        x = np.stack([np.asarray(a) for a in x]) if len(x) else np.zeros((0, 0, 3))
+    t = _float_array(x, name)
     if not t.is_floating_point():
         raise TypeError(f"{name} must hold float coordinates, got dtype {t.dtype}")
     if t.dim() != 3 or t.shape[-1] != 3 or t.shape[0] == 0 or t.shape[1] == 0:

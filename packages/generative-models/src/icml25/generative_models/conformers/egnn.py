@@ -132,7 +132,17 @@ class EGNN(nn.Module):
         self.layers = nn.ModuleList(_Layer(hidden, edge_dim) for _ in range(n_layers))
 
     def forward(self, x: torch.Tensor, t: torch.Tensor, graph: MolGraph) -> torch.Tensor:
-        if int(graph.atom_types.max()) >= self.n_atom_types:
+        """Velocities ``(B, N, 3)``; NaN/Inf in ``x`` propagate (no host sync on the hot path)."""
+        if not isinstance(graph, MolGraph):
+            raise TypeError(f"graph must be a MolGraph, got {type(graph).__name__}")
+        if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+            raise TypeError(f"x must be a floating-point tensor, got {getattr(x, 'dtype', type(x).__name__)}")
+        B, N = graph.batch_size, graph.n_atoms
+        if tuple(x.shape) != (B, N, 3):
+            raise ValueError(f"x must have shape {(B, N, 3)} to match graph, got {tuple(x.shape)}")
+        if not isinstance(t, torch.Tensor) or tuple(t.shape) != (B,):
+            raise ValueError(f"t must be a tensor of shape ({B},), got {getattr(t, 'shape', type(t).__name__)}")
+        if B and int(graph.atom_types.max()) >= self.n_atom_types:
             raise ValueError(
                 f"graph.atom_types must be < n_atom_types={self.n_atom_types}, got max {int(graph.atom_types.max())}"
             )

@@ -75,13 +75,17 @@ def _coords(x: object, name: str) -> torch.Tensor:
 
 def centre(x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """``x (B, N, 3)`` with the centre of mass of its real atoms (``mask (B, N)``) removed; padding set to 0."""
+    return _centre(_coords(x, "x"), mask)
+
+
+def _centre(x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     m = _mask_of(x, mask).to(x.dtype)
     com = (x * m[..., None]).sum(1, keepdim=True) / m.sum(1).clamp_min(1.0)[:, None, None]
     return (x - com) * m[..., None]
 
 
 def _centred(x: torch.Tensor, mask: torch.Tensor, name: str, strict: bool) -> torch.Tensor:
-    xc = centre(x, mask)
+    xc = _centre(x, mask)
     scale = float(x.abs().amax()) if x.numel() else 0.0
     if x.numel() and float((xc - x * mask[..., None]).abs().amax()) > 1e-4 * max(1.0, scale):
         if strict:
@@ -159,8 +163,8 @@ def flow_target(
     t = _times(t, x0.shape[0], x0.dtype)
     if bool((t >= 1).any()) or bool((t < 0).any()):
         raise ValueError(f"t must lie in [0, 1), got range [{float(t.min()):g}, {float(t.max()):g}]")
-    x0 = centre(x0, mask)
-    x1 = centre(x1, mask)
+    x0 = _centre(x0, mask)
+    x1 = _centre(x1, mask)
     if kind == "kabsch":
         R = kabsch_rotation(x0, x1, mask)
     else:
@@ -178,13 +182,13 @@ def _masked_mse(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) ->
     return (((pred - target) ** 2) * m).sum() / (3 * m.sum()).clamp_min(1.0)
 
 
-def _check_graph(graph: object, batch: int | None, n: int | None) -> MolGraph:
+def _check_graph(graph: object, batch: int | None, n: int | None, name: str = "x1") -> MolGraph:
     if not isinstance(graph, MolGraph):
         raise TypeError(f"graph must be a MolGraph, got {type(graph).__name__}")
     if batch is not None and graph.batch_size != batch:
-        raise ValueError(f"graph must describe {batch} molecules, got {graph.batch_size}")
+        raise ValueError(f"{name} must hold one conformer per molecule of graph ({graph.batch_size}), got {batch}")
     if n is not None and graph.n_atoms != n:
-        raise ValueError(f"graph must have N = {n} atom slots, got {graph.n_atoms}")
+        raise ValueError(f"{name} must have N = {graph.n_atoms} atom slots like graph, got {n}")
     return graph
 
 
@@ -216,7 +220,7 @@ class ConformerFlow(nn.Module):
 
     def velocity(self, x: torch.Tensor, t: torch.Tensor, graph: MolGraph) -> torch.Tensor:
         """The network's velocity ``(B, N, 3)``, centred and zero on padding."""
-        return centre(self.net(x, t, graph), graph.mask)
+        return _centre(self.net(x, t, graph), graph.mask)
 
     def target(
         self, x0: torch.Tensor, x1: torch.Tensor, t: torch.Tensor, mask: torch.Tensor, generator: torch.Generator
@@ -227,7 +231,7 @@ class ConformerFlow(nn.Module):
     def prior(self, graph: MolGraph, generator: torch.Generator | None = None) -> torch.Tensor:
         """Centred standard Gaussian clouds ``(B, N, 3)`` on the real atoms of ``graph``."""
         z = torch.randn(graph.batch_size, graph.n_atoms, 3, generator=generator)
-        return centre(z, graph.mask)
+        return _centre(z, graph.mask)
 
     def loss(
         self,
@@ -273,7 +277,7 @@ class ConformerFlow(nn.Module):
         batch_size = _check_int(batch_size, "batch_size")
         if not isinstance(lr, float) or not lr > 0 or lr != lr or lr == float("inf"):
             raise ValueError(f"lr must be a positive finite float, got {lr!r}")
-        x1 = centre(x1, graph.mask)
+        x1 = _centre(x1, graph.mask)
         gen = make_generator(seed)
         opt = torch.optim.Adam(self.parameters(), lr=lr)
         losses = []
@@ -306,8 +310,9 @@ class ConformerFlow(nn.Module):
         if x0 is None:
             x = self.prior(graph, make_generator(None, generator))
         else:
-            x = centre(_coords(x0, "x0"), graph.mask)
-            _check_graph(graph, x.shape[0], x.shape[1])
+            x0 = _coords(x0, "x0")
+            _check_graph(graph, x0.shape[0], x0.shape[1], "x0")
+            x = _centre(x0, graph.mask)
         dt = 1.0 / n_steps
         for k in range(n_steps):
             t = torch.full((graph.batch_size,), k * dt, dtype=x.dtype)
@@ -355,7 +360,7 @@ def _check_pairs(pairs: object) -> ReflowPairs:
     _coords(pairs.x, "pairs.x")
     if pairs.z.shape != pairs.x.shape or pairs.z.shape[0] == 0:
         raise ValueError(f"pairs.z and pairs.x must have the same non-empty shape, got {tuple(pairs.z.shape)} and {tuple(pairs.x.shape)}")
-    _check_graph(pairs.graph, pairs.z.shape[0], pairs.z.shape[1])
+    _check_graph(pairs.graph, pairs.z.shape[0], pairs.z.shape[1], "pairs.z")
     return pairs
 
 

@@ -53,7 +53,14 @@ def _check_finite(x: torch.Tensor, name: str) -> None:
 
 def quaternion_to_matrix(q: torch.Tensor) -> torch.Tensor:
     """Rotation matrices ``(..., 3, 3)`` of quaternions ``q (..., 4)`` (``w, x, y, z``; normalised here)."""
-    q = q / q.norm(dim=-1, keepdim=True)
+    q = _as_float_tensor(q, "q")
+    if q.dim() < 1 or q.shape[-1] != 4:
+        raise ValueError(f"q must have shape (..., 4), got {tuple(q.shape)}")
+    _check_finite(q, "q")
+    norm = q.double().norm(dim=-1, keepdim=True)
+    if q.numel() and float(norm.min()) == 0.0:
+        raise ValueError("q must have non-zero quaternions, got a zero-norm row")
+    q = (q.double() / norm).to(q.dtype)
     w, x, y, z = q.unbind(-1)
     rows = [
         w * w + x * x - y * y - z * z, 2 * (x * y - w * z), 2 * (x * z + w * y),
@@ -79,8 +86,9 @@ def check_rotation(R: torch.Tensor, name: str = "R", atol: float = 1e-3) -> torc
     if R.dim() < 2 or tuple(R.shape[-2:]) != (3, 3):
         raise ValueError(f"{name} must have shape (..., 3, 3), got {tuple(R.shape)}")
     _check_finite(R, name)
-    eye = torch.eye(3, dtype=R.dtype)
-    if R.numel() and float((R.transpose(-1, -2) @ R - eye).abs().amax()) > atol:
+    Rd = R.double()
+    eye = torch.eye(3, dtype=torch.float64)
+    if R.numel() and not float((Rd.transpose(-1, -2) @ Rd - eye).abs().amax()) <= atol:
         raise ValueError(f"{name} must be orthogonal (RᵀR = I), got max |RᵀR − I| > {atol:g}")
     det = torch.linalg.det(R.double()) if R.numel() else torch.ones(0)
     if bool((det < 0).any()):
@@ -95,6 +103,10 @@ def proper_svd(F: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tenso
 
     Shapes: ``F (..., 3, 3)`` → ``U (..., 3, 3)``, ``s (..., 3)``, ``V (..., 3, 3)``.
     """
+    F = _as_float_tensor(F, "F")
+    if F.dim() < 2 or tuple(F.shape[-2:]) != (3, 3):
+        raise ValueError(f"F must have shape (..., 3, 3), got {tuple(F.shape)}")
+    _check_finite(F, "F")
     U, s, Vh = torch.linalg.svd(F)
     V = Vh.transpose(-1, -2)
     du = torch.linalg.det(U)
@@ -125,16 +137,18 @@ def kabsch_rotation(A: torch.Tensor, B: torch.Tensor, mask: torch.Tensor | None 
         raise ValueError(f"A and B must have at least one atom, got shape {tuple(A.shape)}")
     _check_finite(A, "A")
     _check_finite(B, "B")
+    dtype = A.dtype
+    A, B = A.double(), B.double()
     m = torch.ones(A.shape[:-1], dtype=A.dtype) if mask is None else mask.to(A.dtype)
     cnt = m.sum(-1, keepdim=True).clamp_min(1.0)[..., None]
     A = (A - (A * m[..., None]).sum(-2, keepdim=True) / cnt) * m[..., None]
     B = (B - (B * m[..., None]).sum(-2, keepdim=True) / cnt) * m[..., None]
-    U, _, V = proper_svd((A.transpose(-1, -2) @ B).double())
-    return (U @ V.transpose(-1, -2)).to(A.dtype)
+    U, _, V = proper_svd(A.transpose(-1, -2) @ B)
+    return (U @ V.transpose(-1, -2)).to(dtype)
 
 
 # --------------------------------------------------------------------------------- matrix-Fisher mean
-_NODES = 8
+_NODES = 6
 _LEVELS = 32
 
 
