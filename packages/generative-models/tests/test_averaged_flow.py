@@ -241,13 +241,13 @@ def test_rdkit_round_trip_and_symmetry_aware_rmsd():
     from icml25.generative_models import embed_conformers, mols_to_graph, sample_conformers, with_conformers
     from icml25.generative_models.conformers import conformer_coords
 
-    mol = embed_conformers("CCCC", 4, seed=0)
+    mol = embed_conformers("CC(C)CO", 4, seed=0)
     X = conformer_coords(mol)
-    assert X.shape == (4, 4, 3)
+    assert X.shape == (4, 5, 3)
     g = mols_to_graph([mol, Chem.MolFromSmiles("CO")])
-    assert g.mask.sum(1).tolist() == [4, 2] and int(g.bond_types[0, 0, 1]) == 1
-    # butane's symmetric ends: relabelling the atoms (0 1 2 3 -> 3 2 1 0) is the same conformer
-    Y = X[:, ::-1].copy()
+    assert g.mask.sum(1).tolist() == [5, 2] and int(g.bond_types[0, 0, 1]) == 1 and int(g.bond_types[0, 0, 2]) == 0
+    # isobutanol's two methyls (atoms 0 and 2) are interchangeable: the relabelled conformer is the same one
+    Y = X[:, [2, 1, 0, 3, 4]].copy()
     sym = rmsd_matrix(Y, X, mol)
     plain = rmsd_matrix(Y, X)
     np.testing.assert_allclose(np.diag(sym), 0.0, atol=1e-6)
@@ -255,7 +255,7 @@ def test_rdkit_round_trip_and_symmetry_aware_rmsd():
     res = coverage_amr(Y, X, 0.3, mol)
     assert res == {"cov_r": 1.0, "amr_r": pytest.approx(0.0, abs=1e-6), "cov_p": 1.0, "amr_p": pytest.approx(0.0, abs=1e-6)}
     withh = with_conformers(mol, X[:2], add_hs=True)
-    assert withh.GetNumConformers() == 2 and withh.GetNumAtoms() == 14
+    assert withh.GetNumConformers() == 2 and withh.GetNumAtoms() == 15
     torch.manual_seed(0)
     model = ConformerFlow(EGNN(hidden=8, n_layers=1), "avg")
     out = sample_conformers(model, mol, 3, n_steps=2)

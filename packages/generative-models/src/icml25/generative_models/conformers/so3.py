@@ -11,7 +11,7 @@ arXiv 2507.09785).
 ``c(s) = ∫_{-1}^{1} ½ I₀(½(s_i − s_j)(1 − u)) I₀(½(s_i + s_j)(1 + u)) exp(s_k u) du`` for any permutation
 ``(i, j, k)``, so ``d_k`` is the mean of ``u`` under that integrand. The integrand's log is convex in
 ``u`` and concentrates at ``u = ±1`` when ``‖s‖`` is large; Gauss–Legendre panels graded geometrically
-towards both ends (down to widths of 2⁻³²) and log-space weights keep the quadrature accurate from
+towards both ends (down to widths of 2⁻³²; nodes in ±u pairs) and log-space weights keep the quadrature accurate from
 ``F = 0`` (``E[R] = 0``) to ``‖s‖ ~ 10⁹`` (``E[R] → U Vᵀ``, the Kabsch rotation), where a fixed rotation
 grid collapses to one effective point.
 """
@@ -153,15 +153,14 @@ _LEVELS = 32
 
 
 def _graded_rule() -> tuple[torch.Tensor, torch.Tensor]:
-    """Gauss–Legendre nodes/weights on [-1, 1], panels graded geometrically towards both ends."""
+    """Gauss–Legendre nodes/weights on (0, 1], panels graded geometrically towards 1 (mirrored for [-1, 0))."""
     x, w = np.polynomial.legendre.leggauss(_NODES)
     edges = [1.0 - 2.0**-k for k in range(_LEVELS + 1)] + [1.0]  # 0, 1/2, 3/4, ..., 1
     nodes, weights = [], []
     for lo, hi in zip(edges[:-1], edges[1:]):
         half, mid = 0.5 * (hi - lo), 0.5 * (hi + lo)
-        for sign in (1.0, -1.0):
-            nodes.append(sign * (mid + half * x))
-            weights.append(half * w)
+        nodes.append(mid + half * x)
+        weights.append(half * w)
     return torch.from_numpy(np.concatenate(nodes)), torch.from_numpy(np.concatenate(weights))
 
 
@@ -173,20 +172,23 @@ def _log_i0(x: torch.Tensor) -> torch.Tensor:
 
 
 def _fisher_diag_mean(s: torch.Tensor) -> torch.Tensor:
-    """``d = ∇ log c(s)`` for singular values ``s (..., 3)`` (float64) by the graded 1-D quadrature."""
+    """``d = ∇ log c(s)`` for singular values ``s (..., 3)`` (float64) by the graded 1-D quadrature.
+
+    Nodes come in pairs ``±u`` so that a symmetric integrand (``s = 0``) gives exactly ``d = 0``."""
     u, w = _RULE
     out = []
     for k, (i, j) in ((0, (1, 2)), (1, (2, 0)), (2, (0, 1))):
         a = 0.5 * (s[..., i] - s[..., j])
         b = 0.5 * (s[..., i] + s[..., j])
-        logf = (
-            _log_i0(a[..., None] * (1 - u))
-            + _log_i0(b[..., None] * (1 + u))
-            + s[..., k, None] * u
-            + torch.log(w)
-        )
-        p = torch.softmax(logf, dim=-1)
-        out.append((p * u).sum(-1))
+
+        def logf(uu: torch.Tensor, a=a, b=b, k=k) -> torch.Tensor:
+            return (
+                _log_i0(a[..., None] * (1 - uu)) + _log_i0(b[..., None] * (1 + uu)) + s[..., k, None] * uu + torch.log(w)
+            )
+
+        p = torch.softmax(torch.cat([logf(u), logf(-u)], -1), dim=-1)
+        n = u.shape[0]
+        out.append(((p[..., :n] - p[..., n:]) * u).sum(-1))
     return torch.stack(out, -1)
 
 
