@@ -7,7 +7,7 @@ better at equal steps than conditional-OT (random rotation) and Kabsch-aligned f
 then gives good few-step sampling (paper: GEOM-QM9/Drugs, AvgFlow < Kabsch < CondOT in AMR).
 
 Setting (:class:`Setting`): GEOM is not available offline, so the data are RDKit ETKDG + MMFF conformers
-(heavy atoms, centred, randomly rotated) of QM9-like SMILES (≤ 8 heavy atoms, C/N/O/F, chains and rings),
+(heavy atoms, centred, randomly rotated) of QM9-like SMILES (4–7 heavy atoms, C/N/O/F, chains and rings),
 30 train / 10 test conformers per molecule; the same EGNN, initialisation, minibatches and times for the
 three objectives. Evaluation: 20-step Euler, 2 × 10 generated conformers per molecule, AMR-R / COV-R
 (δ = 0.3 Å) with symmetry-aware heavy-atom RMSD (``rdMolAlign.GetBestRMS``). Reflow: 100-step Euler pairs
