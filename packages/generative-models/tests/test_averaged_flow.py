@@ -346,4 +346,6 @@ def test_broken_variant_uniform_weights_fails_the_quick_gate():
         warnings.simplefilter("ignore")
         report = exp.evaluate(exp.QUICK, 0, variant="uniform_weights")
     assert not report.passed
+    assert report.checks["held-out AvgFlow loss: avg-trained < condot-trained"] is False
+    assert report.metrics["heldout_loss_avg"] > 10 * report.metrics["baseline_heldout_loss_condot"]
     assert "0.9 x AMR-R(condot)" in exp.threshold(quick=False)
