@@ -245,7 +245,11 @@ def test_rdkit_round_trip_and_symmetry_aware_rmsd():
     X = conformer_coords(mol)
     assert X.shape == (4, 5, 3)
     g = mols_to_graph([mol, Chem.MolFromSmiles("CO")])
-    assert g.mask.sum(1).tolist() == [5, 2] and int(g.bond_types[0, 0, 1]) == 1 and int(g.bond_types[0, 0, 2]) == 0
+    assert (
+        g.mask.sum(1).tolist() == [5, 2]
+        and int(g.bond_types[0, 0, 1]) == 1
+        and int(g.bond_types[0, 0, 2]) == 0
+    )
     # isobutanol's two methyls (atoms 0 and 2) are interchangeable: the relabelled conformer is the same one
     Y = X[:, [2, 1, 0, 3, 4]].copy()
     sym = rmsd_matrix(Y, X, mol)
@@ -253,7 +257,12 @@ def test_rdkit_round_trip_and_symmetry_aware_rmsd():
     np.testing.assert_allclose(np.diag(sym), 0.0, atol=1e-6)
     assert float(np.diag(plain).min()) > 0.1
     res = coverage_amr(Y, X, 0.3, mol)
-    assert res == {"cov_r": 1.0, "amr_r": pytest.approx(0.0, abs=1e-6), "cov_p": 1.0, "amr_p": pytest.approx(0.0, abs=1e-6)}
+    assert res == {
+        "cov_r": 1.0,
+        "amr_r": pytest.approx(0.0, abs=1e-6),
+        "cov_p": 1.0,
+        "amr_p": pytest.approx(0.0, abs=1e-6),
+    }
     withh = with_conformers(mol, X[:2], add_hs=True)
     assert withh.GetNumConformers() == 2 and withh.GetNumAtoms() == 15
     torch.manual_seed(0)

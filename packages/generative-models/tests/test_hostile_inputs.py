@@ -1303,7 +1303,11 @@ def _p15_specs() -> list[HostileSpec]:
 
     def _with_conformers():
         mol = _mol()
-        return (lambda coords: gm.with_conformers(mol, coords).GetNumConformers()), {"coords": x[:, :3].numpy()}, None
+        return (
+            (lambda coords: gm.with_conformers(mol, coords).GetNumConformers()),
+            {"coords": x[:, :3].numpy()},
+            None,
+        )
 
     return [
         HostileSpec("matrix_fisher_mean", gm.matrix_fisher_mean, {"F": torch.randn(2, 3, 3, generator=g)}, ("F",),

@@ -41,10 +41,14 @@ class MolGraph:
             if not isinstance(x, torch.Tensor):
                 raise TypeError(f"MolGraph.{name} must be a torch.Tensor, got {type(x).__name__}")
         if a.dim() != 2 or a.dtype != torch.int64:
-            raise ValueError(f"MolGraph.atom_types must be int64 of shape (B, N), got {a.dtype} {tuple(a.shape)}")
+            raise ValueError(
+                f"MolGraph.atom_types must be int64 of shape (B, N), got {a.dtype} {tuple(a.shape)}"
+            )
         B, N = a.shape
         if tuple(b.shape) != (B, N, N) or b.dtype != torch.int64:
-            raise ValueError(f"MolGraph.bond_types must be int64 of shape {(B, N, N)}, got {b.dtype} {tuple(b.shape)}")
+            raise ValueError(
+                f"MolGraph.bond_types must be int64 of shape {(B, N, N)}, got {b.dtype} {tuple(b.shape)}"
+            )
         if tuple(m.shape) != (B, N) or m.dtype != torch.bool:
             raise ValueError(f"MolGraph.mask must be bool of shape {(B, N)}, got {m.dtype} {tuple(m.shape)}")
         if N == 0:
@@ -52,7 +56,9 @@ class MolGraph:
         if B and not bool(m.any(-1).all()):
             raise ValueError("MolGraph.mask must keep at least one atom per molecule, got an all-padded row")
         if b.numel() and (int(b.min()) < 0 or int(b.max()) >= N_BOND_TYPES):
-            raise ValueError(f"MolGraph.bond_types must lie in [0, {N_BOND_TYPES}), got [{int(b.min())}, {int(b.max())}]")
+            raise ValueError(
+                f"MolGraph.bond_types must lie in [0, {N_BOND_TYPES}), got [{int(b.min())}, {int(b.max())}]"
+            )
         if a.numel() and int(a.min()) < 0:
             raise ValueError(f"MolGraph.atom_types must be non-negative, got min {int(a.min())}")
 
@@ -120,9 +126,16 @@ class EGNN(nn.Module):
     ``n_layers`` layers passes messages over all atom pairs with the bond type (embedded) as edge feature.
     """
 
-    def __init__(self, n_atom_types: int = 16, hidden: int = 64, n_layers: int = 4, edge_dim: int = 16) -> None:
+    def __init__(
+        self, n_atom_types: int = 16, hidden: int = 64, n_layers: int = 4, edge_dim: int = 16
+    ) -> None:
         super().__init__()
-        for name, v in (("n_atom_types", n_atom_types), ("hidden", hidden), ("n_layers", n_layers), ("edge_dim", edge_dim)):
+        for name, v in (
+            ("n_atom_types", n_atom_types),
+            ("hidden", hidden),
+            ("n_layers", n_layers),
+            ("edge_dim", edge_dim),
+        ):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be a positive int, got {v!r}")
         self.n_atom_types = n_atom_types
@@ -141,7 +154,9 @@ class EGNN(nn.Module):
         if tuple(x.shape) != (B, N, 3):
             raise ValueError(f"x must have shape {(B, N, 3)} to match graph, got {tuple(x.shape)}")
         if not isinstance(t, torch.Tensor) or tuple(t.shape) != (B,):
-            raise ValueError(f"t must be a tensor of shape ({B},), got {getattr(t, 'shape', type(t).__name__)}")
+            raise ValueError(
+                f"t must be a tensor of shape ({B},), got {getattr(t, 'shape', type(t).__name__)}"
+            )
         if B and int(graph.atom_types.max()) >= self.n_atom_types:
             raise ValueError(
                 f"graph.atom_types must be < n_atom_types={self.n_atom_types}, got max {int(graph.atom_types.max())}"
@@ -149,9 +164,10 @@ class EGNN(nn.Module):
         mask = graph.mask.to(x.dtype)
         pair = mask[:, :, None] * mask[:, None, :] * (1 - torch.eye(x.shape[1], dtype=x.dtype))
         inv_n = 1.0 / mask.sum(-1).clamp_min(2.0)
-        h = self.atom_emb(graph.atom_types.clamp(0, self.n_atom_types - 1)) + self.time_mlp(
-            _time_features(t.to(x.dtype), 16)
-        )[:, None, :]
+        h = (
+            self.atom_emb(graph.atom_types.clamp(0, self.n_atom_types - 1))
+            + self.time_mlp(_time_features(t.to(x.dtype), 16))[:, None, :]
+        )
         e = self.bond_emb(graph.bond_types)
         x0 = x
         for layer in self.layers:

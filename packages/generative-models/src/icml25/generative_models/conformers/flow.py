@@ -53,7 +53,9 @@ def _mask_of(x: torch.Tensor, mask: torch.Tensor | None, name: str = "mask") -> 
     if mask is None:
         return torch.ones(x.shape[:-1], dtype=torch.bool)
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-        raise TypeError(f"{name} must be a bool tensor of shape {tuple(x.shape[:-1])}, got {getattr(mask, 'dtype', type(mask).__name__)}")
+        raise TypeError(
+            f"{name} must be a bool tensor of shape {tuple(x.shape[:-1])}, got {getattr(mask, 'dtype', type(mask).__name__)}"
+        )
     if tuple(mask.shape) != tuple(x.shape[:-1]):
         raise ValueError(f"{name} must have shape {tuple(x.shape[:-1])}, got {tuple(mask.shape)}")
     if mask.numel() and not bool(mask.any(-1).all()):
@@ -69,7 +71,9 @@ def _coords(x: object, name: str) -> torch.Tensor:
         raise ValueError(f"{name} must have at least one atom (N >= 1), got shape {tuple(x.shape)}")
     _check_finite(x, name)
     if x.numel() and float(x.abs().amax()) > 1e6:
-        raise ValueError(f"{name} must be coordinates below 1e6 in magnitude, got max |{name}| = {float(x.abs().amax()):.3g}")
+        raise ValueError(
+            f"{name} must be coordinates below 1e6 in magnitude, got max |{name}| = {float(x.abs().amax()):.3g}"
+        )
     return x
 
 
@@ -98,7 +102,9 @@ def _times(t: object, batch: int, dtype: torch.dtype) -> torch.Tensor:
     if isinstance(t, (float, int)) and not isinstance(t, bool):
         t = torch.full((batch,), float(t), dtype=dtype)
     if not isinstance(t, torch.Tensor) or not t.is_floating_point():
-        raise TypeError(f"t must be a float or a floating-point tensor of shape ({batch},), got {getattr(t, 'dtype', type(t).__name__)}")
+        raise TypeError(
+            f"t must be a float or a floating-point tensor of shape ({batch},), got {getattr(t, 'dtype', type(t).__name__)}"
+        )
     if t.dim() == 0:
         t = t.expand(batch)
     if tuple(t.shape) != (batch,):
@@ -108,7 +114,12 @@ def _times(t: object, batch: int, dtype: torch.dtype) -> torch.Tensor:
 
 
 def avgflow_target(
-    x_t: torch.Tensor, x1: torch.Tensor, t: torch.Tensor | float, mask: torch.Tensor | None = None, *, strict: bool = False
+    x_t: torch.Tensor,
+    x1: torch.Tensor,
+    t: torch.Tensor | float,
+    mask: torch.Tensor | None = None,
+    *,
+    strict: bool = False,
 ) -> torch.Tensor:
     """The SO(3)-averaged velocity ``v*(X_t, X₁) = (X₁ E[R]ᵀ − X_t)/(1 − t)``, ``(B, N, 3)``.
 
@@ -126,7 +137,9 @@ def avgflow_target(
     mask = _mask_of(x_t, mask)
     t = _times(t, x_t.shape[0], x_t.dtype)
     if bool((t >= 1).any()) or bool((t < 0).any()):
-        raise ValueError(f"t must lie in [0, 1) (no finite target at t = 1), got range [{float(t.min()):g}, {float(t.max()):g}]")
+        raise ValueError(
+            f"t must lie in [0, 1) (no finite target at t = 1), got range [{float(t.min()):g}, {float(t.max()):g}]"
+        )
     x_t = _centred(x_t, mask, "x_t", strict)
     x1 = _centred(x1, mask, "x1", strict)
     td = t.double()
@@ -186,7 +199,9 @@ def _check_graph(graph: object, batch: int | None, n: int | None, name: str = "x
     if not isinstance(graph, MolGraph):
         raise TypeError(f"graph must be a MolGraph, got {type(graph).__name__}")
     if batch is not None and graph.batch_size != batch:
-        raise ValueError(f"{name} must hold one conformer per molecule of graph ({graph.batch_size}), got {batch}")
+        raise ValueError(
+            f"{name} must hold one conformer per molecule of graph ({graph.batch_size}), got {batch}"
+        )
     if n is not None and graph.n_atoms != n:
         raise ValueError(f"{name} must have N = {graph.n_atoms} atom slots like graph, got {n}")
     return graph
@@ -223,7 +238,12 @@ class ConformerFlow(nn.Module):
         return _centre(self.net(x, t, graph), graph.mask)
 
     def target(
-        self, x0: torch.Tensor, x1: torch.Tensor, t: torch.Tensor, mask: torch.Tensor, generator: torch.Generator
+        self,
+        x0: torch.Tensor,
+        x1: torch.Tensor,
+        t: torch.Tensor,
+        mask: torch.Tensor,
+        generator: torch.Generator,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(x_t, target)`` of this model's objective (:func:`flow_target`)."""
         return flow_target(x0, x1, t, self.objective, mask, generator=generator)
@@ -359,13 +379,21 @@ def _check_pairs(pairs: object) -> ReflowPairs:
     _coords(pairs.z, "pairs.z")
     _coords(pairs.x, "pairs.x")
     if pairs.z.shape != pairs.x.shape or pairs.z.shape[0] == 0:
-        raise ValueError(f"pairs.z and pairs.x must have the same non-empty shape, got {tuple(pairs.z.shape)} and {tuple(pairs.x.shape)}")
+        raise ValueError(
+            f"pairs.z and pairs.x must have the same non-empty shape, got {tuple(pairs.z.shape)} and {tuple(pairs.x.shape)}"
+        )
     _check_graph(pairs.graph, pairs.z.shape[0], pairs.z.shape[1], "pairs.z")
     return pairs
 
 
 def _train_on_pairs(
-    model: ConformerFlow, pairs: ReflowPairs, steps: int, batch_size: int, lr: float, seed: int, one_step: bool
+    model: ConformerFlow,
+    pairs: ReflowPairs,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    seed: int,
+    one_step: bool,
 ) -> ConformerFlow:
     pairs = _check_pairs(pairs)
     steps = _check_int(steps, "steps")
@@ -394,7 +422,13 @@ def _train_on_pairs(
 
 
 def reflow(
-    model: ConformerFlow, pairs: ReflowPairs, steps: int, *, batch_size: int = 64, lr: float = 5e-4, seed: int = 0
+    model: ConformerFlow,
+    pairs: ReflowPairs,
+    steps: int,
+    *,
+    batch_size: int = 64,
+    lr: float = 5e-4,
+    seed: int = 0,
 ) -> ConformerFlow:
     """A copy of ``model`` fine-tuned on the fixed couplings ``pairs`` with the plain target ``X̂ − Z``
     (the pair is already coupled, so no rotation averaging); its ODE is straighter, so few Euler steps
@@ -405,7 +439,13 @@ def reflow(
 
 
 def distill(
-    model: ConformerFlow, pairs: ReflowPairs, steps: int, *, batch_size: int = 64, lr: float = 5e-4, seed: int = 0
+    model: ConformerFlow,
+    pairs: ReflowPairs,
+    steps: int,
+    *,
+    batch_size: int = 64,
+    lr: float = 5e-4,
+    seed: int = 0,
 ) -> ConformerFlow:
     """A one-step student (a copy of ``model``) trained so that ``Z + v(Z, 0) ≈ X̂`` on ``pairs`` (MSE):
     sample it with ``n_steps=1``. ``model`` itself is left unchanged."""

@@ -18,6 +18,8 @@ grid collapses to one effective point.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import torch
 
@@ -132,7 +134,9 @@ def kabsch_rotation(A: torch.Tensor, B: torch.Tensor, mask: torch.Tensor | None 
     A = _as_float_tensor(A, "A")
     B = _as_float_tensor(B, "B")
     if A.shape != B.shape or A.dim() < 2 or A.shape[-1] != 3:
-        raise ValueError(f"A and B must have the same shape (..., N, 3), got {tuple(A.shape)} and {tuple(B.shape)}")
+        raise ValueError(
+            f"A and B must have the same shape (..., N, 3), got {tuple(A.shape)} and {tuple(B.shape)}"
+        )
     if A.shape[-2] == 0:
         raise ValueError(f"A and B must have at least one atom, got shape {tuple(A.shape)}")
     _check_finite(A, "A")
@@ -157,7 +161,7 @@ def _graded_rule() -> tuple[torch.Tensor, torch.Tensor]:
     x, w = np.polynomial.legendre.leggauss(_NODES)
     edges = [1.0 - 2.0**-k for k in range(_LEVELS + 1)] + [1.0]  # 0, 1/2, 3/4, ..., 1
     nodes, weights = [], []
-    for lo, hi in zip(edges[:-1], edges[1:]):
+    for lo, hi in itertools.pairwise(edges):
         half, mid = 0.5 * (hi - lo), 0.5 * (hi + lo)
         nodes.append(mid + half * x)
         weights.append(half * w)
@@ -183,7 +187,10 @@ def _fisher_diag_mean(s: torch.Tensor) -> torch.Tensor:
 
         def logf(uu: torch.Tensor, a=a, b=b, k=k) -> torch.Tensor:
             return (
-                _log_i0(a[..., None] * (1 - uu)) + _log_i0(b[..., None] * (1 + uu)) + s[..., k, None] * uu + torch.log(w)
+                _log_i0(a[..., None] * (1 - uu))
+                + _log_i0(b[..., None] * (1 + uu))
+                + s[..., k, None] * uu
+                + torch.log(w)
             )
 
         p = torch.softmax(torch.cat([logf(u), logf(-u)], -1), dim=-1)
@@ -216,7 +223,9 @@ def matrix_fisher_mean(
         return torch.zeros_like(F)
     Fd = F.double()
     if float(Fd.abs().amax()) > 1e15:
-        raise ValueError(f"F must have entries below 1e15 in magnitude, got max |F| = {float(Fd.abs().amax()):.3g}")
+        raise ValueError(
+            f"F must have entries below 1e15 in magnitude, got max |F| = {float(Fd.abs().amax()):.3g}"
+        )
     if method == "grid":
         if isinstance(n_grid, bool) or not isinstance(n_grid, int) or n_grid < 1:
             raise ValueError(f"n_grid must be a positive int, got {n_grid!r}")
@@ -239,4 +248,3 @@ def fisher_effective_sample_size(F: torch.Tensor, n_grid: int = 20000, seed: int
     logw = logits - logits.amax(-1, keepdim=True)
     w = logw.exp()
     return (w.sum(-1) ** 2 / (w**2).sum(-1)).to(F.dtype if F.is_floating_point() else torch.float32)
-

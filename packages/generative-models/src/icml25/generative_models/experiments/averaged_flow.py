@@ -149,8 +149,9 @@ def checks(setting: Setting) -> list[Check]:
         ),
         Check(
             f"every model's AMR-R <= AMR-R(random cloud) / {RANDOM_FACTOR:g}",
-            lambda m: max(m["amr_r_condot"], m["amr_r_kabsch"], m["amr_r_avg"]) * RANDOM_FACTOR
-            <= m["amr_r_random"],
+            lambda m: (
+                max(m["amr_r_condot"], m["amr_r_kabsch"], m["amr_r_avg"]) * RANDOM_FACTOR <= m["amr_r_random"]
+            ),
         ),
     ]
 
@@ -290,7 +291,9 @@ def amr(model_or_none, data: Data, setting: Setting, seed: int, n_steps: int) ->
     return {k: float(np.mean(v)) for k, v in out.items()}
 
 
-def evaluate(setting: Setting, seed: int = 0, out_dir: str | Path | None = None, variant: str = "none") -> Report:
+def evaluate(
+    setting: Setting, seed: int = 0, out_dir: str | Path | None = None, variant: str = "none"
+) -> Report:
     """Measure every metric of :func:`checks` (``variant="uniform_weights"``: the broken variant)."""
     t0 = time.perf_counter()
     quick = setting.reflow_steps == 0
@@ -326,7 +329,9 @@ def evaluate(setting: Setting, seed: int = 0, out_dir: str | Path | None = None,
             base = models["avg"]
             add("amr_r_avg_2step", amr(base, data, setting, sd, 2)["amr_r"])
             graph = mols_to_graph(data.mols).repeat(setting.pairs_per_mol)
-            pairs = make_reflow_pairs(base, graph, setting.pair_steps, generator=torch.Generator().manual_seed(sd + 3))
+            pairs = make_reflow_pairs(
+                base, graph, setting.pair_steps, generator=torch.Generator().manual_seed(sd + 3)
+            )
             rf = reflow(base, pairs, setting.reflow_steps, batch_size=setting.batch_size, seed=sd + 4)
             add("amr_r_reflow_2step", amr(rf, data, setting, sd, 2)["amr_r"])
             add("amr_r_reflow_20step", amr(rf, data, setting, sd, setting.eval_steps)["amr_r"])
@@ -360,11 +365,15 @@ def evaluate(setting: Setting, seed: int = 0, out_dir: str | Path | None = None,
     )
 
 
-def plot(out_dir: str | Path, setting: Setting, metrics: dict[str, float], curves: dict[str, list[float]]) -> Path:
+def plot(
+    out_dir: str | Path, setting: Setting, metrics: dict[str, float], curves: dict[str, list[float]]
+) -> Path:
     """AMR-R per sampler (left) and training-loss curves per objective (right)."""
     fig, (ax, ax2) = new_figure(1, 2, figsize=(11, 4))
     keys = [("amr_r_random", "random cloud")] + [(f"amr_r_{a}", a) for a in setting.arms]
-    keys += [(k, k[6:]) for k in ("amr_r_avg_2step", "amr_r_reflow_2step", "amr_r_distill_1step") if k in metrics]
+    keys += [
+        (k, k[6:]) for k in ("amr_r_avg_2step", "amr_r_reflow_2step", "amr_r_distill_1step") if k in metrics
+    ]
     ax.bar(range(len(keys)), [metrics[k] for k, _ in keys], color="tab:blue")
     ax.set_xticks(range(len(keys)), [lab for _, lab in keys], rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("AMR-R (Å)")
