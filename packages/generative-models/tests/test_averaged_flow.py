@@ -109,6 +109,14 @@ def test_large_concentration_matches_importance_sampling_around_the_mode(scale):
     torch.testing.assert_close(matrix_fisher_mean(F), est, atol=1e-3, rtol=0)
 
 
+def test_a_fixed_rotation_grid_collapses_at_large_concentration():
+    from icml25.generative_models.conformers.so3 import fisher_effective_sample_size
+
+    F = torch.randn(3, 3, generator=_gen(40), dtype=torch.float64)
+    assert float(fisher_effective_sample_size(0.1 * F, n_grid=20000)) > 10000
+    assert float(fisher_effective_sample_size(1e4 * F, n_grid=20000)) < 3  # why the quadrature is the default
+
+
 @settings(max_examples=30, deadline=None)
 @given(seed=st.integers(0, 10_000), log_scale=st.floats(-3.0, 6.0))
 def test_mean_lies_in_the_convex_hull_of_so3(seed, log_scale):
