@@ -1264,6 +1264,107 @@ def _p28_specs() -> list[HostileSpec]:
 SPECS += _p28_specs()
 
 
+# ---- P15 SO(3)-averaged flow matching for conformers -----------------------------------------------------
+
+
+def _p15_specs() -> list[HostileSpec]:
+    """P15 AvgFlow: rotations, matrix-Fisher mean, averaged target, EGNN, ConformerFlow, reflow, RDKit I/O."""
+    from icml25.kernels.testing import Allow
+
+    g = torch.Generator().manual_seed(15)
+    x = gm.centre(torch.randn(2, 5, 3, generator=g))
+    x1 = gm.centre(torch.randn(2, 5, 3, generator=g))
+    bonds = torch.zeros(2, 5, 5, dtype=torch.int64)
+    bonds[:, [0, 1, 2, 3], [1, 2, 3, 4]] = 1
+    bonds = bonds + bonds.transpose(1, 2)
+    graph = gm.MolGraph(torch.zeros(2, 5, dtype=torch.int64), bonds, torch.ones(2, 5, dtype=torch.bool))
+    point = "all atoms at one point: centred to the origin, a valid (zero) configuration"
+    empty_batch = "an empty batch gives an empty result"
+    prop = Allow("documented: the network's forward propagates NaN/Inf (no host sync)", False)
+
+    def _model():
+        with isolated_rng(0):
+            return gm.ConformerFlow(gm.EGNN(hidden=8, n_layers=1), "avg")
+
+    def _fit():
+        m = _model()
+        return (lambda x1: m.fit(x1, graph, 1, batch_size=2, seed=0)), {"x1": x1}, m
+
+    def _pairs(z):
+        return gm.ReflowPairs(z, x1, graph)
+
+    def _mol():
+        from rdkit import Chem
+        from rdkit.Chem import AllChem
+
+        mol = Chem.MolFromSmiles("CCO")
+        AllChem.Compute2DCoords(mol)
+        return mol
+
+    def _with_conformers():
+        mol = _mol()
+        return (
+            (lambda coords: gm.with_conformers(mol, coords).GetNumConformers()),
+            {"coords": x[:, :3].numpy()},
+            None,
+        )
+
+    return [
+        HostileSpec("matrix_fisher_mean", gm.matrix_fisher_mean, {"F": torch.randn(2, 3, 3, generator=g)}, ("F",),
+                    {"constant": "a constant F is a valid (rank-1) parameter", "F:empty:0": empty_batch}),
+        HostileSpec("proper_svd", lambda F: gm.proper_svd(F)[1], {"F": torch.randn(2, 3, 3, generator=g)}, ("F",),
+                    {"constant": "a constant F is a valid (rank-1) matrix", "F:empty:0": empty_batch,
+                     "huge": "the SVD is scale-equivariant and finite"}),
+        HostileSpec("kabsch_rotation", gm.kabsch_rotation, {"A": x, "B": x1}, ("A", "B"),
+                    {"constant": "a cloud collapsed to one point: every rotation is optimal, one proper rotation is returned",
+                     "huge": "computed in float64: the rotation is scale-invariant", "empty:0": empty_batch}),
+        HostileSpec("check_rotation", gm.check_rotation, {"R": gm.haar_rotations(2, generator=g)}, ("R",),
+                    {"R:empty:0": "no rotations to check"}),
+        HostileSpec("haar_rotations", lambda n: gm.haar_rotations(n, generator=torch.Generator().manual_seed(0)),
+                    {"n": 3}, ()),
+        HostileSpec("quaternion_to_matrix", gm.quaternion_to_matrix, {"q": torch.randn(3, 4, generator=g)}, ("q",),
+                    {"constant": "equal components are a valid quaternion", "huge": "normalised in float64",
+                     "q:empty:0": empty_batch, "q:extra_dim": "(..., 4): any leading batch shape"}),
+        HostileSpec("centre", gm.centre, {"x": x}, ("x",), {"constant": point, "x:empty:0": empty_batch}),
+        HostileSpec("avgflow_target", lambda x_t, x1, t: gm.avgflow_target(x_t, x1, t), {"x_t": x, "x1": x1, "t": 0.4},
+                    ("x_t", "x1", "t"), {"constant": point, "empty:0": empty_batch}),
+        HostileSpec("flow_target", lambda x0, x1, t: gm.flow_target(x0, x1, t, "condot", generator=torch.Generator().manual_seed(0))[1],
+                    {"x0": x, "x1": x1, "t": 0.4}, ("x0", "x1", "t"), {"constant": point, "empty:0": empty_batch}),
+        HostileSpec("EGNN", lambda x: _model().net(x, torch.full((2,), 0.5), graph).detach(), {"x": x}, ("x",),
+                    {"nan": prop, "posinf": prop, "neginf": prop, "constant": point,
+                     "huge": Allow("documented: the forward does not check magnitudes (no host sync)", False)},
+                    covers=("EGNN", "MolGraph")),
+        HostileSpec("ConformerFlow.loss", lambda x1: _model().loss(x1, graph, generator=torch.Generator().manual_seed(0)).detach(),
+                    {"x1": x1}, ("x1",), {"constant": point}, covers=("ConformerFlow",)),
+        HostileSpec("ConformerFlow.fit", setup=_fit, arrays=("x1",), allow={"constant": point}),
+        HostileSpec("ConformerFlow.sample", lambda x0: _model().sample(graph, 2, x0=x0), {"x0": x}, ("x0",),
+                    {"constant": point}),
+        HostileSpec("make_reflow_pairs", lambda: gm.make_reflow_pairs(_model(), graph, 2, generator=torch.Generator().manual_seed(0)).x,
+                    {}, ()),
+        HostileSpec("reflow", lambda z: gm.reflow(_model(), _pairs(z), 1, batch_size=2).t_eps, {"z": x}, ("z",),
+                    {"constant": point}, covers=("reflow", "ReflowPairs")),
+        HostileSpec("distill", lambda z: gm.distill(_model(), _pairs(z), 1, batch_size=2).t_eps, {"z": x}, ("z",),
+                    {"constant": point}),
+        HostileSpec("rmsd_matrix", gm.rmsd_matrix, {"gen": x.numpy(), "ref": x1.numpy()}, ("gen", "ref"),
+                    {"constant": "identical points: RMSD 0 to a point, the spread of the other cloud",
+                     "huge": "computed in float64: finite"}),
+        HostileSpec("coverage_amr", lambda gen, delta: gm.coverage_amr(gen, x1.numpy(), delta)["amr_r"],
+                    {"gen": x.numpy(), "delta": 0.5}, ("gen", "delta"),
+                    {"gen:constant": "identical points: a valid (collapsed) conformer", "gen:huge": "computed in float64: finite"}),
+        HostileSpec("with_conformers", setup=_with_conformers, arrays=("coords",),
+                    allow={"constant": "coincident atoms are stored as given", "huge": "stored as given (RDKit doubles)",
+                           "coords:empty:0": "no conformers to add"}),
+        HostileSpec("sample_conformers", lambda n: gm.sample_conformers(_model(), _mol(), n, n_steps=1).GetNumConformers(),
+                    {"n": 2}, ()),
+        HostileSpec("embed_conformers", lambda n: gm.embed_conformers("CCO", n).GetNumConformers(), {"n": 2}, ()),
+        HostileSpec("conformer_coords", lambda: gm.conformer_coords(gm.embed_conformers("CCO", 1)), {}, ()),
+        HostileSpec("mols_to_graph", lambda: gm.mols_to_graph([_mol()]).mask, {}, ()),
+    ]  # fmt: skip
+
+
+SPECS += _p15_specs()
+
+
 EXCLUDED = {
     "MatchResult": "a result container built by match_tokens, not a user entry point",
     "RestoreInfo": "a result container built by reduce_tokens, not a user entry point",
