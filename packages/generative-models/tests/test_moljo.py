@@ -150,7 +150,7 @@ def test_zero_weights_equal_the_unguided_sampler(task, bfn, objective):
                             generator=_gen(7))  # fmt: skip
         assert torch.equal(ref.coords, zero.coords) and torch.equal(ref.type_probs, zero.type_probs)
     guided = moljo_sample(bfn, objective, task.pocket, 6, 4, 12, w_pos=5.0, w_type=5.0, generator=_gen(7))
-    assert not torch.equal(guided.coords, ref.coords if False else zero.coords)
+    assert not torch.equal(guided.coords, zero.coords)
 
 
 def test_window_one_without_guidance_is_the_plain_bfn_bit_for_bit(task, bfn):
@@ -269,7 +269,7 @@ def test_objective_outside_unit_interval_needs_logit_kind(task, bfn):
 
 def test_non_finite_gradient_names_the_step(task, bfn):
     def bad(mu, theta, t):
-        return torch.sigmoid(mu.sum((1, 2)).abs().sqrt() * 0 + (mu - mu.detach()).norm(dim=(1, 2)) + 0.1)
+        return torch.sigmoid(((mu - mu.detach()) ** 2).sum((1, 2)).sqrt() + 0.1)  # d sqrt at 0: NaN
 
     with pytest.raises(ValueError, match="non-finite at step 2 of 4"):
         moljo_sample(bfn, bad, task.pocket, 5, 2, 4, w_pos=1.0, w_type=1.0, generator=_gen(0))

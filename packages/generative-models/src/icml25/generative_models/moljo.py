@@ -376,6 +376,18 @@ class LigandBFN(nn.Module):
             )
         return pocket
 
+    def check_data(self, coords: object, types: object) -> tuple[Tensor, Tensor]:
+        """Validate reference ligands ``coords [N, M, 3]`` Å and ``types [N, M]`` in ``0 .. K − 1``."""
+        coords = _tensor("coords", coords, 3, last=3)
+        types = _tensor("types", types, 2, floating=False)
+        if types.shape != coords.shape[:2]:
+            raise ValueError(f"types must have shape {tuple(coords.shape[:2])}, got {tuple(types.shape)}")
+        if (types < 0).any() or (types >= self.n_types).any():
+            raise ValueError(f"types must lie in 0 .. {self.n_types - 1}")
+        if coords.shape[1] > self.max_atoms:
+            raise ValueError(f"coords must have at most max_atoms={self.max_atoms} atoms, got {coords.shape[1]}")
+        return coords, types
+
     def _features(self, theta: Tensor, t: Tensor) -> Tensor:
         B, M, _ = theta.shape
         freqs = torch.arange(8, dtype=theta.dtype)
@@ -422,14 +434,7 @@ class LigandBFN(nn.Module):
             coords: ``[B, M, 3]`` Å. types: ``[B, M]`` ints in ``0 .. K − 1``.
         """
         pocket = self.check_pocket(pocket)
-        coords = _tensor("coords", coords, 3, last=3)
-        types = _tensor("types", types, 2, floating=False)
-        if types.shape != coords.shape[:2]:
-            raise ValueError(f"types must have shape {tuple(coords.shape[:2])}, got {tuple(types.shape)}")
-        if (types < 0).any() or (types >= self.n_types).any():
-            raise ValueError(f"types must lie in 0 .. {self.n_types - 1}")
-        if coords.shape[1] > self.max_atoms:
-            raise ValueError(f"coords must have at most max_atoms={self.max_atoms} atoms, got {coords.shape[1]}")
+        coords, types = self.check_data(coords, types)
         if weighting not in ("bfn", "uniform"):
             raise ValueError(f"weighting must be 'bfn' or 'uniform', got {weighting!r}")
         n_train_steps = _int("n_train_steps", n_train_steps, lo=1)
@@ -477,12 +482,11 @@ def train_bfn(bfn: LigandBFN, coords: Tensor, types: Tensor, pocket: Pocket, *, 
     batch_size = _int("batch_size", batch_size, lo=1)
     lr = _float("lr", lr, lo=0.0, lo_open=True)
     # validate everything once, before any parameter changes
-    bfn.loss(coords[:1] if isinstance(coords, Tensor) and coords.ndim == 3 else coords,
-             types[:1] if isinstance(types, Tensor) and types.ndim == 2 else types, pocket, weighting=weighting,
-             generator=torch.Generator().manual_seed(0))  # fmt: skip
-    _tensor("coords", coords, 3, last=3)
-    if types.shape != coords.shape[:2]:
-        raise ValueError(f"types must have shape {tuple(coords.shape[:2])}, got {tuple(types.shape)}")
+    pocket = bfn.check_pocket(pocket)
+    coords, types = bfn.check_data(coords, types)
+    if weighting not in ("bfn", "uniform"):
+        raise ValueError(f"weighting must be 'bfn' or 'uniform', got {weighting!r}")
+    seed = _int("seed", seed, lo=0)
     g = torch.Generator().manual_seed(_int("seed", seed, lo=0))
     opt = torch.optim.Adam(bfn.parameters(), lr=lr)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
