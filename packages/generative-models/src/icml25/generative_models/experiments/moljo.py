@@ -91,8 +91,8 @@ class Setting:
     w: float
     """Guidance weight when there is no sweep (paper 50; quick: the full run's sweep choice for (b))."""
     n_atoms: int = 7
-    weighting: str = "uniform"
-    """BFN loss weighting: ``"uniform"`` (MSE + cross-entropy; paper: BFN continuous-time weights)."""
+    weighting: str = "bfn"
+    """BFN loss weighting (paper: the BFN continuous-time weights, ``"bfn"``)."""
 
 
 FULL = Setting(n_ref=6000, train_steps=1500, batch_size=128, hidden=32, n_layers=4, n_samples=300, n_steps=100,
