@@ -72,10 +72,12 @@ def _rotation(seed: int) -> torch.Tensor:
 @given(sigma1=st.floats(0.005, 0.5), n=st.integers(1, 300), frac=st.floats(0, 1))
 def test_rho_is_exactly_the_closed_form_and_the_accuracies_telescope(sigma1, n, frac):
     s = BFNSchedule(sigma1, 1.5, n)
-    i = int(round(frac * n))
+    i = round(frac * n)
     assert s.rho(i) == sigma1 ** (-2 * i / n)
     assert math.isclose(1 + sum(s.alpha_coord(j) for j in range(1, i + 1)), s.rho(i), rel_tol=1e-9)
-    assert math.isclose(sum(s.alpha_type(j) for j in range(1, i + 1)), s.beta(i / n), rel_tol=1e-9, abs_tol=1e-15)
+    assert math.isclose(
+        sum(s.alpha_type(j) for j in range(1, i + 1)), s.beta(i / n), rel_tol=1e-9, abs_tol=1e-15
+    )
     assert math.isclose(s.gamma(i / n), 1 - 1 / s.rho(i), rel_tol=1e-9, abs_tol=1e-15)
 
 
@@ -83,12 +85,14 @@ def test_rho_is_exactly_the_closed_form_and_the_accuracies_telescope(sigma1, n, 
 @given(n=st.integers(2, 200), i_frac=st.floats(0.01, 1), k=st.integers(1, 250))
 def test_window_sums_equal_precision_and_beta_differences(n, i_frac, k):
     s = BFNSchedule(0.03, 1.5, n)
-    i = max(1, int(round(i_frac * n)))
+    i = max(1, round(i_frac * n))
     kk = min(k, i)  # a window longer than the steps taken is clipped to i
     assert s.window(i, k) == kk
     assert math.isclose(s.alpha_coord_sum(i, k), s.rho(i) - s.rho(i - kk), rel_tol=1e-9)
     assert math.isclose(s.alpha_type_sum(i, k), 1.5 * (i**2 - (i - kk) ** 2) / n**2, rel_tol=1e-12)
-    assert math.isclose(s.alpha_coord_sum(i, k), sum(s.alpha_coord(j) for j in range(i - kk + 1, i + 1)), rel_tol=1e-9)
+    assert math.isclose(
+        s.alpha_coord_sum(i, k), sum(s.alpha_coord(j) for j in range(i - kk + 1, i + 1)), rel_tol=1e-9
+    )
     assert math.isclose(s.alpha_type_sum(i, 1), s.alpha_type(i), rel_tol=1e-12)
 
 
@@ -107,7 +111,9 @@ def test_incremental_updates_match_the_bayesian_flow_moments():
     flow = bayesian_flow_coord(x.expand(n_draw, 3).contiguous(), i_stop / 50, 0.03, generator=_gen(4))
     for sample in (mu, flow):
         assert torch.allclose(sample.mean(0), gam * x, atol=4 * math.sqrt(gam * (1 - gam) / n_draw))
-        assert torch.allclose(sample.var(0), torch.full((3,), gam * (1 - gam), dtype=torch.float64), rtol=0.03)
+        assert torch.allclose(
+            sample.var(0), torch.full((3,), gam * (1 - gam), dtype=torch.float64), rtol=0.03
+        )
 
 
 def test_type_updates_match_the_discrete_flow_in_logit_space():
@@ -120,7 +126,11 @@ def test_type_updates_match_the_discrete_flow_in_logit_space():
     logits = torch.zeros(n_draw, 1, K, dtype=torch.float64)
     for i in range(1, i_stop + 1):
         a = s.alpha_type(i)
-        logits = logits + a * (K * e - 1) + math.sqrt(a * K) * torch.randn(e.shape, generator=g, dtype=torch.float64)
+        logits = (
+            logits
+            + a * (K * e - 1)
+            + math.sqrt(a * K) * torch.randn(e.shape, generator=g, dtype=torch.float64)
+        )
     theta = torch.softmax(logits, -1)
     flow = bayesian_flow_type(e, i_stop / 20, 1.5, generator=_gen(6))
     beta = s.beta(i_stop / 20)
@@ -173,7 +183,9 @@ def test_guidance_raises_the_objective_and_its_sign_matters(task, bfn, objective
 
 def test_sliding_window_restarts_from_the_stored_parameters(task, bfn, objective):
     """A window of k ≥ n restarts every step from the prior: μ_i ~ N(γ(t_i) x̂, γ(1 − γ)) like the flow."""
-    r = moljo_sample(bfn, objective, task.pocket, 5, 3, 10, w_pos=2.0, w_type=2.0, window=50, generator=_gen(10))
+    r = moljo_sample(
+        bfn, objective, task.pocket, 5, 3, 10, w_pos=2.0, w_type=2.0, window=50, generator=_gen(10)
+    )
     assert torch.isfinite(r.coords).all() and r.types.shape == (3, 5)
 
 
@@ -260,7 +272,9 @@ def test_objective_outside_unit_interval_needs_logit_kind(task, bfn):
     def raw(mu, theta, t):
         return mu.sum((1, 2))  # unbounded: not a probability
 
-    with pytest.raises(ValueError, match=r"objectives\[0\] must return values in \(0, 1\).*objective_kind='logit'"):
+    with pytest.raises(
+        ValueError, match=r"objectives\[0\] must return values in \(0, 1\).*objective_kind='logit'"
+    ):
         moljo_sample(bfn, raw, task.pocket, 5, 2, 4, w_pos=1.0, w_type=1.0, generator=_gen(0))
     r = moljo_sample(bfn, raw, task.pocket, 5, 2, 4, w_pos=1.0, w_type=1.0, objective_kind="logit",
                      generator=_gen(0))  # fmt: skip

@@ -8,11 +8,11 @@ import torch
 
 pytest.importorskip("rdkit")
 
-from rdkit import Chem  # noqa: E402
-from rdkit.Chem import AllChem  # noqa: E402
+from rdkit import Chem
+from rdkit.Chem import AllChem
 
-from icml25.generative_models import LigandBFN, ToyPocketTask, moljo_sample  # noqa: E402
-from icml25.generative_models.moljo_rdkit import ligand_from_mol, ligand_to_mol, pocket_from_pdb_block  # noqa: E402
+from icml25.generative_models import LigandBFN, ToyPocketTask, moljo_sample
+from icml25.generative_models.moljo_rdkit import ligand_from_mol, ligand_to_mol, pocket_from_pdb_block
 
 ELEMENTS = ["C", "N", "O", "S"]
 

@@ -110,7 +110,9 @@ def _tensor(name: str, x: object, ndim: int, *, floating: bool = True, last: int
                 f"of shape {tuple(x.shape)}"
             )
         if float(x.abs().max()) > 1e6:
-            raise ValueError(f"{name} must have entries of magnitude <= 1e6, got max |x| = {float(x.abs().max()):g}")
+            raise ValueError(
+                f"{name} must have entries of magnitude <= 1e6, got max |x| = {float(x.abs().max()):g}"
+            )
     elif x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
         raise TypeError(f"{name} must be an integer tensor, got dtype {x.dtype}")
     return x
@@ -356,7 +358,9 @@ class LigandBFN(nn.Module):
             self.time = nn.Linear(16, hidden)
             self.pocket_emb = nn.Embedding(self.n_pocket_types, hidden)
             self.layers = nn.ModuleList(_EGNNLayer(hidden, 16) for _ in range(n_layers))
-            self.type_out = nn.Sequential(nn.Linear(hidden, hidden), nn.SiLU(), nn.Linear(hidden, self.n_types))
+            self.type_out = nn.Sequential(
+                nn.Linear(hidden, hidden), nn.SiLU(), nn.Linear(hidden, self.n_types)
+            )
 
     # -- frames
     def to_internal(self, x: Tensor, pocket: Pocket) -> Tensor:
@@ -385,13 +389,18 @@ class LigandBFN(nn.Module):
         if (types < 0).any() or (types >= self.n_types).any():
             raise ValueError(f"types must lie in 0 .. {self.n_types - 1}")
         if coords.shape[1] > self.max_atoms:
-            raise ValueError(f"coords must have at most max_atoms={self.max_atoms} atoms, got {coords.shape[1]}")
+            raise ValueError(
+                f"coords must have at most max_atoms={self.max_atoms} atoms, got {coords.shape[1]}"
+            )
         return coords, types
 
     def _features(self, theta: Tensor, t: Tensor) -> Tensor:
-        B, M, _ = theta.shape
+        M = theta.shape[1]
         freqs = torch.arange(8, dtype=theta.dtype)
-        tf = torch.cat([torch.sin(t[:, None] * math.pi * 2**freqs / 8), torch.cos(t[:, None] * math.pi * 2**freqs / 8)], -1)
+        tf = torch.cat(
+            [torch.sin(t[:, None] * math.pi * 2**freqs / 8), torch.cos(t[:, None] * math.pi * 2**freqs / 8)],
+            -1,
+        )
         return self.type_in(theta * 2 - 1) + self.index.weight[:M][None] + self.time(tf)[:, None]
 
     def forward_internal(self, mu: Tensor, theta: Tensor, t: Tensor, pocket: Pocket) -> tuple[Tensor, Tensor]:
@@ -414,7 +423,9 @@ class LigandBFN(nn.Module):
         mu = _tensor("mu", mu, 3, last=3)
         theta = _simplex("theta", _tensor("theta", theta, 3, last=self.n_types))
         if theta.shape[:2] != mu.shape[:2]:
-            raise ValueError(f"theta must match mu's [B, M] = {tuple(mu.shape[:2])}, got {tuple(theta.shape[:2])}")
+            raise ValueError(
+                f"theta must match mu's [B, M] = {tuple(mu.shape[:2])}, got {tuple(theta.shape[:2])}"
+            )
         if mu.shape[1] > self.max_atoms:
             raise ValueError(f"mu must have at most max_atoms={self.max_atoms} atoms, got {mu.shape[1]}")
         tt = _time(t, mu.shape[0], mu)
@@ -516,7 +527,9 @@ class ParamPropertyModel(nn.Module):
     def __init__(self, n_types: int, n_pocket_types: int, max_atoms: int = 16, hidden: int = 32, n_layers: int = 2,
                  pos_scale: float = 2.0, seed: int | None = None) -> None:  # fmt: skip
         super().__init__()
-        self.encoder = LigandBFN(n_types, n_pocket_types, max_atoms, hidden, n_layers, pos_scale=pos_scale, seed=seed)
+        self.encoder = LigandBFN(
+            n_types, n_pocket_types, max_atoms, hidden, n_layers, pos_scale=pos_scale, seed=seed
+        )
         with isolated_rng(seed) if seed is not None else _null():
             self.head = nn.Linear(hidden, 1)
         self.n_types = self.encoder.n_types
@@ -642,7 +655,9 @@ def _objectives(objectives: object, K: int) -> list[Objective]:
     if callable(objectives):
         objectives = [objectives]
     if not isinstance(objectives, Sequence):
-        raise TypeError(f"objectives must be a callable or a sequence of callables, got {type(objectives).__name__}")
+        raise TypeError(
+            f"objectives must be a callable or a sequence of callables, got {type(objectives).__name__}"
+        )
     out = []
     for j, f in enumerate(objectives):
         if isinstance(f, ParamPropertyModel):
@@ -656,7 +671,9 @@ def _objectives(objectives: object, K: int) -> list[Objective]:
     return out
 
 
-def _log_objective(f: Objective, j: int, mu: Tensor, theta: Tensor, t: Tensor, kind: str, step: int) -> Tensor:
+def _log_objective(
+    f: Objective, j: int, mu: Tensor, theta: Tensor, t: Tensor, kind: str, step: int
+) -> Tensor:
     v = f(mu, theta, t)
     if not isinstance(v, Tensor) or v.shape != (mu.shape[0],):
         raise ValueError(f"objectives[{j}] must return a [B] = [{mu.shape[0]}] tensor, got "
@@ -667,8 +684,8 @@ def _log_objective(f: Objective, j: int, mu: Tensor, theta: Tensor, t: Tensor, k
         return F.logsigmoid(v)
     if (v <= 0).any() or (v >= 1).any():
         raise ValueError(
-            f"objectives[{j}] must return values in (0, 1) for log E (got range [{float(v.min()):g}, "
-            f"{float(v.max()):g}] at step {step}); return logits with objective_kind='logit'"
+            f"objectives[{j}] must return values in (0, 1) for log E (got range [{float(v.detach().min()):g}, "
+            f"{float(v.detach().max()):g}] at step {step}); return logits with objective_kind='logit'"
         )
     return v.log()
 
@@ -778,7 +795,9 @@ def moljo_sample(bfn: LigandBFN, objectives: Objective | Sequence[Objective] | N
                     p_g = p_g / p_g.sum(-1, keepdim=True)
                 gam, beta = sch.gamma(t_next), sch.beta(t_next)
                 mu = gam * x_g + math.sqrt(gam * (1 - gam)) * torch.randn(mu.shape, generator=g)
-                theta = torch.softmax(beta * (K * p_g - 1) + math.sqrt(beta * K) * torch.randn(p_g.shape, generator=g), -1)
+                theta = torch.softmax(
+                    beta * (K * p_g - 1) + math.sqrt(beta * K) * torch.randn(p_g.shape, generator=g), -1
+                )
             else:
                 rho_i = sch.rho(i)
                 x_g = x_hat + w_pos * g_x / rho_i
@@ -798,7 +817,7 @@ def moljo_sample(bfn: LigandBFN, objectives: Objective | Sequence[Objective] | N
         p_hat = torch.softmax(logits, -1)
         if objs:
             vals = []
-            for j, f in enumerate(objs):
+            for f in objs:
                 v = f(ang(mu), theta, t1)
                 vals.append(torch.sigmoid(v) if objective_kind == "logit" else v)
             obj = torch.stack(vals).mean(0)
@@ -838,7 +857,9 @@ def bfn_sample(bfn: LigandBFN, pocket: Pocket, n_atoms: int, n_samples: int = 1,
             theta = torch.softmax(y_h + theta.log(), -1)
         x_hat, logits = bfn.forward_internal(mu, theta, torch.ones(B), pocket)
         p_hat = torch.softmax(logits, -1)
-    return MolJOSample(bfn.to_angstrom(x_hat, pocket), p_hat.argmax(-1), p_hat, torch.full((B,), float("nan")))
+    return MolJOSample(
+        bfn.to_angstrom(x_hat, pocket), p_hat.argmax(-1), p_hat, torch.full((B,), float("nan"))
+    )
 
 
 # ------------------------------------------------------------------------------------------ toy task
@@ -866,19 +887,29 @@ class ToyPocketTask:
         self.radius = _float("radius", radius, lo=0.0, lo_open=True)
         self.n_atoms = _int("n_atoms", n_atoms, lo=2)
         freq = torch.as_tensor(np.asarray(type_freq, dtype=np.float64))
-        if freq.ndim != 1 or freq.numel() < 2 or not torch.isfinite(freq).all() or (freq < 0).any() or freq.sum() <= 0:
+        if (
+            freq.ndim != 1
+            or freq.numel() < 2
+            or not torch.isfinite(freq).all()
+            or (freq < 0).any()
+            or freq.sum() <= 0
+        ):
             raise ValueError(f"type_freq must be >= 2 non-negative finite weights, got {list(type_freq)}")
         self.type_freq = (freq / freq.sum()).float()
         self.n_types = freq.numel()
         A_t = torch.as_tensor(np.asarray(self.A_DEFAULT if A is None else A, dtype=np.float32))
         if A_t.shape != (self.n_types, self.n_pocket_types) or not torch.isfinite(A_t).all():
-            raise ValueError(f"A must be a finite [{self.n_types}, {self.n_pocket_types}] matrix, got shape {tuple(A_t.shape)}")
+            raise ValueError(
+                f"A must be a finite [{self.n_types}, {self.n_pocket_types}] matrix, got shape {tuple(A_t.shape)}"
+            )
         self.A = A_t
         g = torch.Generator().manual_seed(_int("seed", seed, lo=0))
         k = torch.arange(self.n_pocket, dtype=torch.float64) + 0.5
         phi = torch.arccos(1 - 2 * k / self.n_pocket)
         th = math.pi * (1 + 5**0.5) * k
-        pts = torch.stack([torch.cos(th) * torch.sin(phi), torch.sin(th) * torch.sin(phi), torch.cos(phi)], -1)
+        pts = torch.stack(
+            [torch.cos(th) * torch.sin(phi), torch.sin(th) * torch.sin(phi), torch.cos(phi)], -1
+        )
         types = torch.randint(0, self.n_pocket_types, (self.n_pocket,), generator=g)
         self.pocket = Pocket((self.radius * pts).float(), types)
         counts = torch.bincount(types, minlength=self.n_pocket_types).float()
@@ -953,7 +984,12 @@ class ToyPocketTask:
         M = coords.shape[1]
         nb = torch.triu(torch.ones(M, M, dtype=torch.bool), diagonal=2)
         bonds = rl[:, torch.arange(M - 1), torch.arange(1, M)]
-        valid = (r.amin((1, 2)) >= 1.0) & (rl[:, nb].amin(1) >= 1.0) & (bonds >= 1.2).all(1) & (bonds <= 1.8).all(1)
+        valid = (
+            (r.amin((1, 2)) >= 1.0)
+            & (rl[:, nb].amin(1) >= 1.0)
+            & (bonds >= 1.2).all(1)
+            & (bonds <= 1.8).all(1)
+        )
         return {
             "score": score,
             "valid": valid,

@@ -103,13 +103,17 @@ def ligand_to_mol(coords: Tensor, types: Tensor, elements: Sequence[str], *, bon
     assigns orders with ``DetermineBondOrders``, which may fail on a non-chemical geometry: ValueError)."""
     elements = _elements("elements", elements)
     if not isinstance(coords, Tensor) or not isinstance(types, Tensor):
-        raise TypeError(f"coords and types must be torch tensors, got {type(coords).__name__}, {type(types).__name__}")
+        raise TypeError(
+            f"coords and types must be torch tensors, got {type(coords).__name__}, {type(types).__name__}"
+        )
     if coords.ndim != 2 or coords.shape[-1] != 3 or coords.shape[0] == 0:
         raise ValueError(f"coords must have shape [M, 3] with M >= 1, got {tuple(coords.shape)}")
     if not torch.isfinite(coords).all():
         raise ValueError("coords must be finite")
     if types.shape != coords.shape[:1] or types.is_floating_point():
-        raise ValueError(f"types must be [M] = [{coords.shape[0]}] integers, got {tuple(types.shape)} {types.dtype}")
+        raise ValueError(
+            f"types must be [M] = [{coords.shape[0]}] integers, got {tuple(types.shape)} {types.dtype}"
+        )
     if (types < 0).any() or (types >= len(elements)).any():
         raise ValueError(f"types must index elements (0 .. {len(elements) - 1})")
     rw = Chem.RWMol()

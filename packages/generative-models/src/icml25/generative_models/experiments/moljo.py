@@ -149,7 +149,9 @@ def _sample(bfn, objective, task, setting, arm: str, w: float, n: int, seed: int
     )  # fmt: skip
 
 
-def evaluate(setting: Setting, seed: int = 0, out_dir: str | Path | None = None, variant: str = "none") -> Report:
+def evaluate(
+    setting: Setting, seed: int = 0, out_dir: str | Path | None = None, variant: str = "none"
+) -> Report:
     """Measure every metric of :func:`checks` (``variant="flipped_sign"``: the broken variant)."""
     if variant not in ("none", "flipped_sign"):
         raise ValueError(f"variant must be 'none' or 'flipped_sign', got {variant!r}")
