@@ -1288,27 +1288,19 @@ def _p40_specs() -> list[HostileSpec]:
 
     def _train():
         net = _bfn()
-        return (
-            (
-                lambda coords, types: gm.train_bfn(net, coords, types, pocket, steps=2, batch_size=3, seed=0)[
-                    -1
-                ]
-            ),
-            {"coords": coords, "types": types},
-            net,
-        )
+
+        def fn(coords, types):
+            return gm.train_bfn(net, coords, types, pocket, steps=2, batch_size=3, seed=0)[-1]
+
+        return fn, {"coords": coords, "types": types}, net
 
     def _train_prop():
         net = _prop()
-        return (
-            (
-                lambda coords, types, y: gm.train_property_model(
-                    net, coords, types, y, pocket, steps=2, batch_size=3
-                )[-1]
-            ),
-            {"coords": coords, "types": types, "y": y},
-            net,
-        )
+
+        def fn(coords, types, y):
+            return gm.train_property_model(net, coords, types, y, pocket, steps=2, batch_size=3)[-1]
+
+        return fn, {"coords": coords, "types": types, "y": y}, net
 
     same = "coincident atoms / one type everywhere are valid (degenerate) inputs with a finite answer"
     anyshape = "the flow acts elementwise on any [B, ...] batch"
