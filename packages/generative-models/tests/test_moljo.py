@@ -237,13 +237,22 @@ class ToyPocketTaskRotated(ToyPocketTask):
         self.pocket = base.pocket.rotated(R)
 
 
-def test_property_model_learns_the_toy_score_and_guides(task):
+def test_property_model_learns_the_toy_score_and_guides_the_sampler(task):
     x, ty = task.sample_ligands(512, seed=2)
     y = task.objective(11.7, 11.3)(x, torch.nn.functional.one_hot(ty, 4).float()).clamp(0.01, 0.99)
     model = ParamPropertyModel(4, 3, max_atoms=8, hidden=16, n_layers=2, seed=0)
     losses = train_property_model(model, x, ty, y, task.pocket, steps=60, batch_size=64, lr=3e-3, seed=0)
     assert sum(losses[-10:]) / 10 < sum(losses[:10]) / 10
     assert len(losses) == 60
+    net = LigandBFN(4, 3, max_atoms=8, hidden=8, n_layers=1, seed=0)
+    runs = [
+        moljo_sample(
+            net, model.bind(task.pocket), task.pocket, 6, 4, 8, w_pos=w, w_type=w, generator=_gen(14)
+        )
+        for w in (0.0, 50.0)
+    ]
+    assert ((runs[1].objective > 0) & (runs[1].objective < 1)).all()
+    assert not torch.equal(runs[0].type_probs, runs[1].type_probs)  # the learned gradients reach the sampler
 
 
 # ------------------------------------------------------------------------------------------ bad inputs
