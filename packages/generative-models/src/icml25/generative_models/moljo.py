@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -352,7 +353,7 @@ class LigandBFN(nn.Module):
         self.sigma1 = _float("sigma1", sigma1, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
         self.beta1 = _float("beta1", beta1, lo=0.0, lo_open=True)
         self.pos_scale = _float("pos_scale", pos_scale, lo=0.0, lo_open=True)
-        with isolated_rng(seed) if seed is not None else _null():
+        with isolated_rng(seed) if seed is not None else nullcontext():
             self.type_in = nn.Linear(self.n_types, hidden)
             self.index = nn.Embedding(self.max_atoms, hidden)
             self.time = nn.Linear(16, hidden)
@@ -465,14 +466,6 @@ class LigandBFN(nn.Module):
         return (w_x * sq).mean() + (self.n_types * self.beta1 * t * l_h).mean()
 
 
-class _null:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
 def _batches(n: int, batch_size: int, steps: int, g: torch.Generator):
     for _ in range(steps):
         yield torch.randint(0, n, (batch_size,), generator=g)
@@ -530,7 +523,7 @@ class ParamPropertyModel(nn.Module):
         self.encoder = LigandBFN(
             n_types, n_pocket_types, max_atoms, hidden, n_layers, pos_scale=pos_scale, seed=seed
         )
-        with isolated_rng(seed) if seed is not None else _null():
+        with isolated_rng(seed) if seed is not None else nullcontext():
             self.head = nn.Linear(hidden, 1)
         self.n_types = self.encoder.n_types
 
