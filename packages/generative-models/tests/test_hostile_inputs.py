@@ -1363,6 +1363,88 @@ def _p15_specs() -> list[HostileSpec]:
 
 
 SPECS += _p15_specs()
+# ---- P40 MolJO -----------------------------------------------------------------------------------------
+
+
+def _p40_specs() -> list[HostileSpec]:
+    """P40 MolJO: Bayesian flows, schedule, pocket, BFN network and training, property model, samplers, toy task."""
+    g = torch.Generator().manual_seed(40)
+    task = gm.ToyPocketTask(seed=0)
+    pocket = task.pocket
+    mu = pocket.center + torch.randn(2, 5, 3, generator=g)
+    theta = torch.softmax(torch.randn(2, 5, 4, generator=g), -1)
+    coords, types = task.sample_ligands(6, seed=1)
+    y = torch.rand(6, generator=g) * 0.8 + 0.1
+
+    def _g0():
+        return torch.Generator().manual_seed(0)
+
+    def _bfn():
+        return gm.LigandBFN(4, 3, max_atoms=8, hidden=8, n_layers=1, seed=0)
+
+    def _prop():
+        return gm.ParamPropertyModel(4, 3, max_atoms=8, hidden=8, n_layers=1, seed=0)
+
+    def _train():
+        net = _bfn()
+
+        def fn(coords, types):
+            return gm.train_bfn(net, coords, types, pocket, steps=2, batch_size=3, seed=0)[-1]
+
+        return fn, {"coords": coords, "types": types}, net
+
+    def _train_prop():
+        net = _prop()
+
+        def fn(coords, types, y):
+            return gm.train_property_model(net, coords, types, y, pocket, steps=2, batch_size=3)[-1]
+
+        return fn, {"coords": coords, "types": types, "y": y}, net
+
+    same = "coincident atoms / one type everywhere are valid (degenerate) inputs with a finite answer"
+    anyshape = "the flow acts elementwise on any [B, ...] batch"
+    net, prop = _bfn(), _prop()
+    score = task.objective(10.0, 10.0)
+    return [
+        HostileSpec("bayesian_flow_coord", lambda x, t: gm.bayesian_flow_coord(x, t, generator=_g0()),
+                    {"x": mu, "t": 0.3}, ("x", "t"),
+                    allow={"constant": same, "x:extra_dim": anyshape, "x:missing_dim": anyshape}),
+        HostileSpec("bayesian_flow_type", lambda p, t: gm.bayesian_flow_type(p, t, generator=_g0()),
+                    {"p": theta, "t": 0.3}, ("p", "t"), allow={"constant": "a constant p is a valid soft estimate"}),
+        HostileSpec("BFNSchedule", lambda sigma1, beta1: gm.BFNSchedule(sigma1, beta1, 10).rho(3),
+                    {"sigma1": 0.03, "beta1": 1.5}, ("sigma1", "beta1")),
+        HostileSpec("Pocket", lambda coords, types: gm.Pocket(coords, types).center, {"coords": pocket.coords,
+                    "types": pocket.types}, ("coords", "types"), allow={"constant": same}),
+        HostileSpec("LigandBFN.forward", lambda mu, theta: net(mu, theta, 0.3, pocket)[0].detach(),
+                    {"mu": mu, "theta": theta}, ("mu", "theta"), allow={"mu:constant": same},
+                    covers=("LigandBFN",), global_rng="constructing an nn.Module with seed= is isolated; none here"),
+        HostileSpec("LigandBFN.loss", lambda coords, types: net.loss(coords, types, pocket, generator=_g0()).detach(),
+                    {"coords": coords, "types": types}, ("coords", "types"), allow={"constant": same},
+                    covers=("LigandBFN",)),
+        HostileSpec("train_bfn", setup=_train, arrays=("coords", "types"), allow={"constant": same}),
+        HostileSpec("ParamPropertyModel.forward", lambda mu, theta: prop(mu, theta, 0.3, pocket).detach(),
+                    {"mu": mu, "theta": theta}, ("mu", "theta"), allow={"constant": same}, covers=("ParamPropertyModel",)),
+        HostileSpec("train_property_model", setup=_train_prop, arrays=("coords", "types", "y"),
+                    allow={"constant": same}),
+        HostileSpec("through_network", lambda w: gm.through_network(net, score, pocket)(mu * w, theta, torch.full((2,), 0.3)).detach(),
+                    {"w": 1.0}, ()),
+        HostileSpec("moljo_sample", lambda w_pos, w_type: gm.moljo_sample(
+                        net, gm.through_network(net, score, pocket), pocket, 4, 2, 3, w_pos=w_pos, w_type=w_type,
+                        generator=_g0()).coords,
+                    {"w_pos": 5.0, "w_type": 5.0}, ("w_pos", "w_type")),
+        HostileSpec("bfn_sample", lambda n_atoms: gm.bfn_sample(net, pocket, n_atoms, 2, 3, generator=_g0()).coords,
+                    {"n_atoms": 4}, ("n_atoms",)),
+        HostileSpec("ToyPocketTask.score", lambda x, p: task.score(x, p), {"x": coords, "p": types}, ("x", "p"),
+                    allow={"constant": same}, covers=("ToyPocketTask",)),
+        HostileSpec("ToyPocketTask.metrics", lambda coords, types: task.metrics(coords, types, 20.0)["score"],
+                    {"coords": coords, "types": types}, ("coords", "types"), allow={"constant": same},
+                    covers=("ToyPocketTask",)),
+        HostileSpec("ToyPocketTask", lambda radius: gm.ToyPocketTask(radius=radius).pocket.coords, {"radius": 4.0},
+                    ("radius",)),
+    ]  # fmt: skip
+
+
+SPECS += _p40_specs()
 
 
 EXCLUDED = {
@@ -1379,6 +1461,7 @@ EXCLUDED = {
     "K2VAEOutput": "a result container returned by K2VAE.forward, not a user entry point",
     "FacebookMAEAdapter": "wraps a user's models_mae module: exercised in test_visionts.py",
     "load_vit_mae": "loads a local transformers checkpoint directory: no arrays to corrupt",
+    "MolJOSample": "a result container returned by moljo_sample / bfn_sample, not a user entry point",
 }
 
 
