@@ -7,6 +7,8 @@ finite result. Estimators are also checked to keep their state after a rejected 
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 import pytest
 import torch
@@ -1286,22 +1288,32 @@ def _p32_specs() -> list[HostileSpec]:
 
         def fn(feats, feat_mask):
             batch = {"feats": feats, "feat_mask": feat_mask, "token_ids": ids}
-            return gm.train_aligner(al, [batch], t5, 2, retokenize=lambda i, m: (i, m), split="random")["loss"]
+            return gm.train_aligner(al, [batch], t5, 2, retokenize=lambda i, m: (i, m), split="random")[
+                "loss"
+            ]
 
         return fn, {"feats": feats, "feat_mask": fmask}, al
 
     class _Unet(torch.nn.Module):
-        config = {"cross_attention_dim": 8}
+        config: ClassVar[dict] = {"cross_attention_dim": 8}
 
     class _Pipe:
-        components = {"unet": _Unet(), "text_encoder": t5.encoder}
+        components: ClassVar[dict] = {"unet": _Unet(), "text_encoder": t5.encoder}
 
     vlm = gm.ToyVLM(12, d=8, n_layers=1, n_heads=2, seed=0)
     flow = gm.ToyFlowDecoder(6, 8, hidden=8, n_blocks=1, n_heads=2, seed=0)
     import transformers
 
-    cfg = transformers.LlamaConfig(vocab_size=12, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
-                                   num_attention_heads=2, num_key_value_heads=2, eos_token_id=1, pad_token_id=0)
+    cfg = transformers.LlamaConfig(
+        vocab_size=12,
+        hidden_size=8,
+        intermediate_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        eos_token_id=1,
+        pad_token_id=0,
+    )
     with isolated_rng(0):
         llama = transformers.LlamaForCausalLM(cfg).eval()
     return [

@@ -4,6 +4,8 @@ reproduction (passes; the broken extraction fails)."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -205,7 +207,7 @@ def test_feature_dim_mismatch_is_a_value_error() -> None:
 def test_t5_without_a_decoder_is_a_type_error() -> None:
     enc_only = transformers.T5EncoderModel(_t5().config)
     al = td.FeatureAligner(8, 16)
-    with pytest.raises(TypeError, match="t5 must be an encoder-decoder .* T5EncoderModel"):
+    with pytest.raises(TypeError, match=r"t5 must be an encoder-decoder .* T5EncoderModel"):
         td.aligner_text_loss(al, _feats(), torch.ones(3, 4), torch.ones(3, 2, dtype=torch.long), enc_only)
     with pytest.raises(TypeError, match="T5EncoderModel"):
         td.train_aligner(al, [], enc_only, 1, retokenize=lambda i, m: (i, m))
@@ -214,9 +216,13 @@ def test_t5_without_a_decoder_is_a_type_error() -> None:
 def test_empty_generated_sequence_is_a_value_error() -> None:
     al = td.FeatureAligner(8, 16)
     with pytest.raises(ValueError, match=r"feats must be non-empty, got shape \(3, 0, 8\)"):
-        td.aligner_text_loss(al, torch.zeros(3, 0, 8), torch.ones(3, 0), torch.ones(3, 2, dtype=torch.long), _t5())
+        td.aligner_text_loss(
+            al, torch.zeros(3, 0, 8), torch.ones(3, 0), torch.ones(3, 2, dtype=torch.long), _t5()
+        )
     with pytest.raises(ValueError, match="n_tokens must be an int >= 1"):
-        td.ToyVLM(V, d=8, n_layers=1, n_heads=2).generate(torch.rand(2, 8, 8), torch.ones(2, 1, dtype=torch.long), 0)
+        td.ToyVLM(V, d=8, n_layers=1, n_heads=2).generate(
+            torch.rand(2, 8, 8), torch.ones(2, 1, dtype=torch.long), 0
+        )
 
 
 def test_all_zero_mask_is_a_value_error() -> None:
@@ -234,10 +240,10 @@ def test_non_t5_pipeline_warns_about_the_shared_space() -> None:
         pass
 
     class UNet(torch.nn.Module):
-        config = {"cross_attention_dim": 16}
+        config: ClassVar[dict] = {"cross_attention_dim": 16}
 
     class Pipe:
-        components = {"unet": UNet(), "text_encoder": CLIPTextModel(), "tokenizer": None}
+        components: ClassVar[dict] = {"unet": UNet(), "text_encoder": CLIPTextModel(), "tokenizer": None}
 
     with pytest.warns(UserWarning, match="none a T5: ThinkDiff's shared-space assumption"):
         kw = td.diffusers_prompt_kwargs(Pipe(), torch.ones(1, 3, 16))

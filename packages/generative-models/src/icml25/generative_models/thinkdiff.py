@@ -74,7 +74,9 @@ def _float_tensor(name: str, x: object, ndim: int) -> Tensor:
             f"shape {tuple(x.shape)}"
         )
     if x.abs().max() > 1e15:
-        raise ValueError(f"{name} must be of a representable scale (|x| <= 1e15), got max |x| = {x.abs().max():.3g}")
+        raise ValueError(
+            f"{name} must be of a representable scale (|x| <= 1e15), got max |x| = {x.abs().max():.3g}"
+        )
     return x
 
 
@@ -216,7 +218,9 @@ def aligner_text_loss(
     mask = _mask_tensor("feat_mask", feat_mask, tuple(feats.shape[:2]))
     labels = _id_tensor("target_ids", target_ids, 2).clone()
     if labels.shape[0] != feats.shape[0]:
-        raise ValueError(f"target_ids must have batch size {feats.shape[0]} (as feats), got {tuple(labels.shape)}")
+        raise ValueError(
+            f"target_ids must have batch size {feats.shape[0]} (as feats), got {tuple(labels.shape)}"
+        )
     if target_mask is not None:
         tmask = _mask_tensor("target_mask", target_mask, tuple(labels.shape))
         labels = labels.masked_fill(tmask == 0, -100)
@@ -265,14 +269,18 @@ def random_split_generated(
     mask = _mask_tensor("feat_mask", feat_mask, tuple(feats.shape[:2]))
     ids = _id_tensor("token_ids", token_ids, 2)
     if tuple(ids.shape) != tuple(feats.shape[:2]):
-        raise ValueError(f"token_ids must have shape {tuple(feats.shape[:2])} (as feats), got {tuple(ids.shape)}")
+        raise ValueError(
+            f"token_ids must have shape {tuple(feats.shape[:2])} (as feats), got {tuple(ids.shape)}"
+        )
     if isinstance(max_split, bool) or not isinstance(max_split, int) or max_split < 1:
         raise ValueError(f"max_split must be an int >= 1, got {max_split!r}")
     n = mask.sum(1)
     if not torch.equal(mask, (torch.arange(mask.shape[1])[None] < n[:, None]).long()):
         raise ValueError("feat_mask must mark a prefix of each row (valid tokens first, then padding)")
     if (n < 2).any():
-        raise ValueError(f"feat_mask must keep at least 2 tokens per row to split, got lengths {n.tolist()[:5]}")
+        raise ValueError(
+            f"feat_mask must keep at least 2 tokens per row to split, got lengths {n.tolist()[:5]}"
+        )
     g = make_generator(seed, generator)
     hi = torch.clamp(n - 1, max=max_split)
     s = 1 + (torch.rand(len(n), generator=g) * hi).long().clamp(max=hi - 1)
@@ -309,7 +317,9 @@ def _check_batch(b: object, k: int, aligned: bool) -> Mapping[str, Tensor]:
             f"token_ids must have shape {tuple(feats.shape[:2])} (as feats) for split='random', got {tuple(ids.shape)}"
         )
     if ids.shape[0] != feats.shape[0]:
-        raise ValueError(f"token_ids must have batch size {feats.shape[0]} (as feats), got {tuple(ids.shape)}")
+        raise ValueError(
+            f"token_ids must have batch size {feats.shape[0]} (as feats), got {tuple(ids.shape)}"
+        )
     if "token_mask" in b:
         _mask_tensor("token_mask", b["token_mask"], tuple(ids.shape))
     return b
@@ -369,7 +379,9 @@ def train_aligner(
     if split not in ("random", "none"):
         raise ValueError(f"split must be 'random' or 'none', got {split!r}")
     if not callable(retokenize):
-        raise TypeError(f"retokenize must be callable (vlm ids, mask) -> (t5 ids, mask), got {type(retokenize).__name__}")
+        raise TypeError(
+            f"retokenize must be callable (vlm ids, mask) -> (t5 ids, mask), got {type(retokenize).__name__}"
+        )
     if isinstance(loader, Sequence):
         if len(loader) == 0:
             raise ValueError("loader must yield at least one batch, got an empty sequence")
@@ -458,7 +470,9 @@ def aligned_prompt_embeds(
     if text_embeds is not None:
         te = _float_tensor("text_embeds", text_embeds, 3)
         if te.shape[0] != emb.shape[0] or te.shape[2] != emb.shape[2]:
-            raise ValueError(f"text_embeds must have shape ({emb.shape[0]}, L_t, {emb.shape[2]}), got {tuple(te.shape)}")
+            raise ValueError(
+                f"text_embeds must have shape ({emb.shape[0]}, L_t, {emb.shape[2]}), got {tuple(te.shape)}"
+            )
         tm = (torch.ones(te.shape[:2], dtype=torch.long) if text_mask is None
               else _mask_tensor("text_mask", text_mask, tuple(te.shape[:2])))  # fmt: skip
         emb = torch.cat([te.to(emb.dtype) * tm[..., None].to(emb.dtype), emb], 1)
@@ -468,7 +482,11 @@ def aligned_prompt_embeds(
 
 # ---------------------------------------------------------------------------------- integrations
 def generated_hidden_states(
-    model: nn.Module, input_ids: Tensor, n_tokens: int, attention_mask: Tensor | None = None, **generate_kwargs: Any
+    model: nn.Module,
+    input_ids: Tensor,
+    n_tokens: int,
+    attention_mask: Tensor | None = None,
+    **generate_kwargs: Any,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Final-norm hidden states of the tokens a ``transformers`` causal LM / VLM generates.
 
@@ -488,10 +506,14 @@ def generated_hidden_states(
             "generated_hidden_states needs transformers: pip install 'icml25-generative-models[hf]'"
         ) from exc
     if not hasattr(model, "generate"):
-        raise TypeError(f"model must be a transformers generation model (has .generate), got {type(model).__name__}")
+        raise TypeError(
+            f"model must be a transformers generation model (has .generate), got {type(model).__name__}"
+        )
     ids = _id_tensor("input_ids", input_ids, 2)
     if isinstance(n_tokens, bool) or not isinstance(n_tokens, int) or n_tokens < 1:
-        raise ValueError(f"n_tokens must be an int >= 1 (a generated sequence cannot be empty), got {n_tokens!r}")
+        raise ValueError(
+            f"n_tokens must be an int >= 1 (a generated sequence cannot be empty), got {n_tokens!r}"
+        )
     if attention_mask is not None:
         attention_mask = _mask_tensor("attention_mask", attention_mask, tuple(ids.shape))
     eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
@@ -515,7 +537,10 @@ def _is_t5(module: object) -> bool:
 
 
 def diffusers_prompt_kwargs(
-    pipe: Any, prompt_embeds: Tensor, prompt_mask: Tensor | None = None, pooled_prompt_embeds: Tensor | None = None
+    pipe: Any,
+    prompt_embeds: Tensor,
+    prompt_mask: Tensor | None = None,
+    pooled_prompt_embeds: Tensor | None = None,
 ) -> dict[str, Tensor]:
     """Keyword arguments that hand aligned embeddings to a diffusers pipeline (FLUX, SD3, ...).
 
@@ -566,12 +591,16 @@ def diffusers_prompt_kwargs(
     if pooled_prompt_embeds is not None:
         pooled = _float_tensor("pooled_prompt_embeds", pooled_prompt_embeds, 2)
         if pooled.shape[0] != emb.shape[0]:
-            raise ValueError(f"pooled_prompt_embeds must have batch size {emb.shape[0]}, got {tuple(pooled.shape)}")
+            raise ValueError(
+                f"pooled_prompt_embeds must have batch size {emb.shape[0]}, got {tuple(pooled.shape)}"
+            )
         out["pooled_prompt_embeds"] = pooled
     return out
 
 
-def tiny_t5(vocab_size: int, d_model: int = 64, num_layers: int = 2, num_heads: int = 4, seed: int = 0) -> nn.Module:
+def tiny_t5(
+    vocab_size: int, d_model: int = 64, num_layers: int = 2, num_heads: int = 4, seed: int = 0
+) -> nn.Module:
     """A random-config ``transformers`` ``T5ForConditionalGeneration`` (pad 0 = decoder start, EOS 1).
 
     ``d_kv = d_model / num_heads``, ``d_ff = 2 d_model``, no dropout, ``num_layers`` encoder and decoder
@@ -581,7 +610,12 @@ def tiny_t5(vocab_size: int, d_model: int = 64, num_layers: int = 2, num_heads: 
         from transformers import T5Config, T5ForConditionalGeneration
     except ImportError as exc:  # pragma: no cover - exercised only without the extra
         raise ImportError("tiny_t5 needs transformers: pip install 'icml25-generative-models[hf]'") from exc
-    for nm, v in (("vocab_size", vocab_size), ("d_model", d_model), ("num_layers", num_layers), ("num_heads", num_heads)):
+    for nm, v in (
+        ("vocab_size", vocab_size),
+        ("d_model", d_model),
+        ("num_layers", num_layers),
+        ("num_heads", num_heads),
+    ):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{nm} must be an int >= 1, got {v!r}")
     if vocab_size < 3:
@@ -711,7 +745,9 @@ class ToyFlowDecoder(nn.Module):
         h = self.inp(torch.cat([x, tf], 1))
         B, L, _ = cond.shape
         dh = self.hidden // self.n_heads
-        bias = torch.zeros(B, 1, 1, L, dtype=x.dtype).masked_fill(cond_mask[:, None, None, :] == 0, float("-inf"))
+        bias = torch.zeros(B, 1, 1, L, dtype=x.dtype).masked_fill(
+            cond_mask[:, None, None, :] == 0, float("-inf")
+        )
         for q, kv, o, ff in zip(self.q, self.kv, self.o, self.ff):
             qh = q(h).reshape(B, self.n_heads, 1, dh)
             k, v = kv(cond).reshape(B, L, 2, self.n_heads, dh).permute(2, 0, 3, 1, 4)

@@ -71,9 +71,8 @@ CLAIM = (
 )
 
 # Shared vocabulary of the toy VLM and T5: pad 0 (also T5's decoder start), EOS 1, then words.
-WORDS = ["<pad>", "</s>", "digit", "number", "same", "next"] + [
-    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
-]  # fmt: skip
+WORDS = ["<pad>", "</s>", "digit", "number", "same", "next",
+         "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]  # fmt: skip
 PAD, EOS, DIGIT, NUMBER, SAME, NEXT, ZERO = 0, 1, 2, 3, 4, 5, 6
 VOCAB = len(WORDS)
 
@@ -229,7 +228,9 @@ def vlm_features(vlm: ToyVLM, X: np.ndarray, instruction: int) -> dict[str, torc
     return vlm.generate(images, torch.full((len(X), 1), instruction), n_tokens=2)
 
 
-def train_flow(setting: Setting, data: dict[str, np.ndarray], t5: torch.nn.Module, seed: int) -> ToyFlowDecoder:
+def train_flow(
+    setting: Setting, data: dict[str, np.ndarray], t5: torch.nn.Module, seed: int
+) -> ToyFlowDecoder:
     """The diffusion decoder on training images, conditioned on frozen T5 encoder outputs of their captions."""
     flow = ToyFlowDecoder(64, setting.d, seed=seed)
     g = make_generator(seed + 2)
@@ -248,7 +249,9 @@ def train_flow(setting: Setting, data: dict[str, np.ndarray], t5: torch.nn.Modul
 
 
 @torch.no_grad()
-def encode_captions(t5: torch.nn.Module, labels: torch.Tensor, first: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def encode_captions(
+    t5: torch.nn.Module, labels: torch.Tensor, first: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Frozen T5 encoder outputs ``(n, 3, d)`` of the captions "digit|number k </s>" (all valid)."""
     ids, m = with_eos(captions(labels.numpy(), first.numpy()), torch.ones(len(labels), 2, dtype=torch.long))
     return t5.encoder(input_ids=ids, attention_mask=m).last_hidden_state, m
@@ -263,7 +266,9 @@ def t5_greedy_digit(t5: torch.nn.Module, enc: torch.Tensor, mask: torch.Tensor) 
         dec = torch.cat([dec, logits.argmax(-1, keepdim=True)], 1)
     words = dec[:, 1:]
     is_digit = words >= ZERO
-    first = torch.where(is_digit.any(1), is_digit.float().argmax(1), torch.zeros(len(words), dtype=torch.long))
+    first = torch.where(
+        is_digit.any(1), is_digit.float().argmax(1), torch.zeros(len(words), dtype=torch.long)
+    )
     out = words[torch.arange(len(words)), first] - ZERO
     return torch.where(is_digit.any(1), out, torch.full_like(out, -1))
 
@@ -276,12 +281,16 @@ def fit_aligner(t5, feats, mask, ids, setting: Setting, seed: int, split: str) -
     batches = [
         {"feats": feats[i], "feat_mask": mask[i], "token_ids": ids[i]} for i in perm.split(64) if len(i) == 64
     ]
-    train_aligner(al, batches, t5, setting.aligner_steps, lr=1e-3, retokenize=with_eos, split=split, seed=seed)
+    train_aligner(
+        al, batches, t5, setting.aligner_steps, lr=1e-3, retokenize=with_eos, split=split, seed=seed
+    )
     return al
 
 
 # ----------------------------------------------------------------------------------------- evaluation
-def measure(setting: Setting, seed: int = 0, variant: str = "none", out_dir: str | Path | None = None) -> Report:
+def measure(
+    setting: Setting, seed: int = 0, variant: str = "none", out_dir: str | Path | None = None
+) -> Report:
     """Train the toy world and evaluate every arm (``variant="shifted"``: the broken extraction)."""
     if variant not in ("none", "shifted"):
         raise ValueError(f"variant must be 'none' or 'shifted', got {variant!r}")
@@ -295,11 +304,19 @@ def measure(setting: Setting, seed: int = 0, variant: str = "none", out_dir: str
     n_tr = len(data["Xtr"])
     ones2 = torch.ones(n_tr, 2, dtype=torch.long)
     aligner = fit_aligner(t5, tr[key], ones2, tr["ids"], setting, seed, "none")
-    aligner_rs = fit_aligner(t5, tr[key], ones2, tr["ids"], setting, seed, "random") if setting.random_split_arm else None
+    aligner_rs = (
+        fit_aligner(t5, tr[key], ones2, tr["ids"], setting, seed, "random")
+        if setting.random_split_arm
+        else None
+    )
     # Input-token variant: the image + instruction states, predicting the same generated caption.
     inp = tr["input_hidden"]
-    aligner_in = fit_aligner(t5, inp, torch.ones(inp.shape[:2], dtype=torch.long), tr["ids"], setting, seed, "none")
-    random_aligner = FeatureAligner(setting.d, setting.d, seed=seed + 7).init_norm_from(t5.encoder.final_layer_norm)
+    aligner_in = fit_aligner(
+        t5, inp, torch.ones(inp.shape[:2], dtype=torch.long), tr["ids"], setting, seed, "none"
+    )
+    random_aligner = FeatureAligner(setting.d, setting.d, seed=seed + 7).init_norm_from(
+        t5.encoder.final_layer_norm
+    )
 
     n_te = min(setting.n_test, len(data["Xte"]))
     Xte, yte = data["Xte"][:n_te], torch.from_numpy(data["yte"][:n_te])
@@ -308,9 +325,9 @@ def measure(setting: Setting, seed: int = 0, variant: str = "none", out_dir: str
     te = vlm_features(vlm, Xte, NEXT)
     ones_te = torch.ones(n_te, 2, dtype=torch.long)
     in_mask = torch.ones(n_te, te["input_hidden"].shape[1], dtype=torch.long)
+    same_ids, same_mask = with_eos(te_same["ids"], ones_te)
     with torch.no_grad():
-        ce = float(aligner_text_loss(aligner, te_same[key], ones_te, *with_eos(te_same["ids"], ones_te)[:1], t5,
-                                     with_eos(te_same["ids"], ones_te)[1]))  # fmt: skip
+        ce = float(aligner_text_loss(aligner, te_same[key], ones_te, same_ids, t5, same_mask))
         arms = {
             "thinkdiff": (aligner(te[key]), ones_te),
             "input": (aligner_in(te["input_hidden"]), in_mask),
@@ -337,7 +354,9 @@ def measure(setting: Setting, seed: int = 0, variant: str = "none", out_dir: str
             x = flow.sample(enc, m, setting.sample_steps, seed=seed + 100 + i).clamp(-1, 1)
             samples[name] = x
             pred = torch.from_numpy(clf.predict(((x + 1) * 8).numpy()))
-            metrics["baseline_input_acc" if name == "input" else f"{name}_acc"] = float((pred == target).float().mean())
+            metrics["baseline_input_acc" if name == "input" else f"{name}_acc"] = float(
+                (pred == target).float().mean()
+            )
             metrics[f"{name}_same_digit_rate"] = float((pred == yte).float().mean())
         metrics["classifier_test_acc"] = float(clf.score(data["Xte"] * 16, data["yte"]))
     metrics["total_seconds"] = time.perf_counter() - t0
@@ -356,10 +375,14 @@ def measure(setting: Setting, seed: int = 0, variant: str = "none", out_dir: str
             f"(d_model {setting.d}, 2+2 layers, {VOCAB} words) autoencoder {setting.t5_steps} steps; toy VLM "
             f"{setting.vlm_steps} steps (2 generated tokens, greedy); aligner {setting.aligner_steps} steps at "
             "lr 1e-3 (paper 1e-4) on 'same' generations, split='none' gated, split='random' reported; "
-            + (f"rectified-flow decoder {setting.flow_steps} steps, {setting.sample_steps} Euler steps, logistic-"
-               "regression classifier. " if not quick else "quick mode: no diffusion decoder (T5-decoded direction). ")
+            + (
+                f"rectified-flow decoder {setting.flow_steps} steps, {setting.sample_steps} Euler steps, logistic-"
+                "regression classifier. "
+                if not quick
+                else "quick mode: no diffusion decoder (T5-decoded direction). "
+            )
             + f"Variant: {variant}."
-        ),  # fmt: skip
+        ),
     )
 
 
@@ -391,7 +414,9 @@ def plot(out_dir: str | Path, X: np.ndarray, samples: dict[str, torch.Tensor], t
 def run(quick: bool = True, seed: int = 0, out_dir: str | Path | None = None) -> Report:
     """Reproduce the ThinkDiff claim at toy scale (see the module docstring)."""
     seed_everything(seed)
-    with torch_threads(1):  # tiny networks: one thread is fastest on 2 cores and bit-identical across machines
+    with torch_threads(
+        1
+    ):  # tiny networks: one thread is fastest on 2 cores and bit-identical across machines
         return measure(QUICK if quick else FULL, seed, out_dir=out_dir)
 
 
