@@ -21,7 +21,8 @@ Toy world (sklearn 8×8 digits; every model tiny and trained from scratch on the
 Evaluation on held-out images with the ``next`` instruction. Full: aligned features → diffusion sample →
 logistic-regression digit classifier; metric = share classified as k + 1. Baselines: the aligner trained and
 fed on the VLM's *input* (image + instruction) states; a random-init aligner; oracle = T5 encoder of the
-true caption of k + 1. Quick (no diffusion model): greedy T5 decoding of the aligned ``next`` features names
+true caption of k + 1; reported diagnostic: the diffusion decoder fed only the aligned state that produced
+the answer word (``answer_token_acc``). Quick (no diffusion model): greedy T5 decoding of the aligned ``next`` features names
 k + 1, and the aligner's held-out CE. Pass rules (:func:`checks`), from the reproduction plan's §6 and its
 second review, fixed before running: full — oracle ≥ 0.8, ThinkDiff ≥ 0.6 and ≥ 3 × the input-token
 variant, random ≤ 0.2; quick — CE < 0.5 nats, T5-decoded ThinkDiff ≥ 0.8, input-token variant ≤ 0.3. The
@@ -348,8 +349,9 @@ def measure(
     if setting.flow_steps > 0:
         flow = train_flow(setting, data, t5, seed)
         clf = _classifier(data)
-        oracle = encode_captions(t5, target, torch.zeros(n_te, dtype=torch.long))
-        arms["oracle"] = oracle
+        arms["oracle"] = encode_captions(t5, target, torch.zeros(n_te, dtype=torch.long))
+        # Diagnostic (reported, not gated): only the aligned state that produced the answer word.
+        arms["answer_token"] = (arms["thinkdiff"][0][:, 1:], ones_te[:, 1:])
         for i, (name, (enc, m)) in enumerate(arms.items()):
             x = flow.sample(enc, m, setting.sample_steps, seed=seed + 100 + i).clamp(-1, 1)
             samples[name] = x
