@@ -274,3 +274,19 @@ def test_broken_extraction_fails_the_quick_gate() -> None:
     assert not report.passed
     assert report.failed_checks == ["T5-decoded ThinkDiff next accuracy >= 0.8"]
     assert report.metrics["t5_thinkdiff_acc"] < 0.3
+
+
+@pytest.mark.slow
+def test_full_reproduction_is_the_recorded_known_miss() -> None:
+    """The catalog records P32 as a known miss in full: only the ThinkDiff >= 0.6 bar fails."""
+    from icml25.generative_models.experiments import thinkdiff as exp
+
+    report = exp.run(quick=False, seed=0)
+    m = report.metrics
+    assert not report.passed
+    assert report.failed_checks == ["ThinkDiff accuracy >= 0.6"]
+    assert m["oracle_acc"] >= 0.8 and m["random_acc"] <= 0.2
+    assert m["thinkdiff_acc"] >= 3 * m["baseline_input_acc"]
+    assert (
+        m["t5_thinkdiff_acc"] >= 0.8
+    )  # the T5 decoder reads the aligned answer; the diffusion decoder does not
