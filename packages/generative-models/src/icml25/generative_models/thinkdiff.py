@@ -348,7 +348,8 @@ def train_aligner(
             ``feats (B, L, d_vlm)``, ``feat_mask (B, L)``, ``token_ids (B, n)`` (the generated ids) and
             optionally ``token_mask (B, n)``. With ``split="random"`` the ids must align with the features
             (``n = L``, masks equal); with ``"none"`` any features (e.g. the VLM's input-token states, the
-            official ``input_embed``) may condition the whole generated text.
+            official ``input_embed``) may condition the whole generated text. A list (any sequence) is
+            validated entirely before the first update; other iterables batch by batch.
         t5: a ``T5ForConditionalGeneration``; frozen (``requires_grad`` off, eval mode) during the call and
             restored after; its parameters never change.
         steps: optimiser steps.
@@ -517,6 +518,9 @@ def generated_hidden_states(
     if attention_mask is not None:
         attention_mask = _mask_tensor("attention_mask", attention_mask, tuple(ids.shape))
     eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    suppress = list(generate_kwargs.pop("suppress_tokens", None) or [])
+    if eos is not None:
+        suppress += [eos] if isinstance(eos, int) else list(eos)
     out = model.generate(
         input_ids=ids,
         attention_mask=attention_mask,
@@ -524,7 +528,7 @@ def generated_hidden_states(
         min_new_tokens=n_tokens,
         output_hidden_states=True,
         return_dict_in_generate=True,
-        **({"suppress_tokens": [eos] if isinstance(eos, int) else list(eos)} if eos is not None else {}),
+        suppress_tokens=suppress or None,
         **generate_kwargs,
     )
     hidden = torch.cat([step[-1][:, -1:, :] for step in out.hidden_states], 1)
