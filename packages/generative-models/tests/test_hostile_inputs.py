@@ -7,6 +7,8 @@ finite result. Estimators are also checked to keep their state after a rejected 
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 import pytest
 import torch
@@ -1445,6 +1447,92 @@ def _p40_specs() -> list[HostileSpec]:
 
 
 SPECS += _p40_specs()
+# ---- P32 ThinkDiff aligner ----------------------------------------------------------------------------
+
+P32_MASK = {"dtype": "an integer 0/1 mask is valid", "constant": "an all-ones mask is valid"}
+P32_FEATS = "a constant feature sequence is valid: the aligner's output is finite"
+
+
+def _p32_specs() -> list[HostileSpec]:
+    pytest.importorskip("transformers")
+    g = torch.Generator().manual_seed(32)
+    t5 = gm.tiny_t5(10, d_model=8, num_layers=1, num_heads=2, seed=0).eval()
+    feats = torch.randn(2, 3, 4, generator=g)
+    fmask = torch.ones(2, 3)
+    ids = torch.tensor([[2, 3, 1], [4, 1, 0]])
+
+    def _aligner() -> gm.FeatureAligner:
+        return gm.FeatureAligner(4, 8, seed=0).init_norm_from(t5.encoder.final_layer_norm)
+
+    def _train():
+        al = _aligner()
+
+        def fn(feats, feat_mask):
+            batch = {"feats": feats, "feat_mask": feat_mask, "token_ids": ids}
+            return gm.train_aligner(al, [batch], t5, 2, retokenize=lambda i, m: (i, m), split="random")[
+                "loss"
+            ]
+
+        return fn, {"feats": feats, "feat_mask": fmask}, al
+
+    class _Unet(torch.nn.Module):
+        config: ClassVar[dict] = {"cross_attention_dim": 8}
+
+    class _Pipe:
+        components: ClassVar[dict] = {"unet": _Unet(), "text_encoder": t5.encoder}
+
+    vlm = gm.ToyVLM(12, d=8, n_layers=1, n_heads=2, seed=0)
+    flow = gm.ToyFlowDecoder(6, 8, hidden=8, n_blocks=1, n_heads=2, seed=0)
+    import transformers
+
+    cfg = transformers.LlamaConfig(
+        vocab_size=12,
+        hidden_size=8,
+        intermediate_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        eos_token_id=1,
+        pad_token_id=0,
+    )
+    with isolated_rng(0):
+        llama = transformers.LlamaForCausalLM(cfg).eval()
+    return [
+        HostileSpec("FeatureAligner", lambda feats: _aligner()(feats).detach(), {"feats": feats}, ("feats",),
+                    allow={"constant": P32_FEATS}),
+        HostileSpec("aligner_text_loss", lambda feats, feat_mask, target_ids: gm.aligner_text_loss(
+                    _aligner(), feats, feat_mask, target_ids, t5).detach(),
+                    {"feats": feats, "feat_mask": fmask, "target_ids": ids}, ("feats", "feat_mask", "target_ids"),
+                    allow={"feats:constant": P32_FEATS, **{f"feat_mask:{k}": v for k, v in P32_MASK.items()},
+                           "target_ids:constant": "a constant target sentence is valid"}),
+        HostileSpec("random_split_generated", lambda feats, feat_mask, token_ids: gm.random_split_generated(
+                    feats, feat_mask, token_ids, seed=0), {"feats": feats, "feat_mask": fmask, "token_ids": ids},
+                    ("feats", "feat_mask", "token_ids"),
+                    allow={"feats:constant": P32_FEATS, **{f"feat_mask:{k}": v for k, v in P32_MASK.items()},
+                           "token_ids:constant": "any token ids are valid"}),
+        HostileSpec("train_aligner", setup=_train, arrays=("feats", "feat_mask"),
+                    allow={"feats:constant": P32_FEATS, **{f"feat_mask:{k}": v for k, v in P32_MASK.items()}}),
+        HostileSpec("aligned_prompt_embeds", lambda hidden: gm.aligned_prompt_embeds(
+                    lambda x: (x, torch.ones(x.shape[:2])), _aligner(), hidden)[0], {"hidden": feats}, ("hidden",),
+                    allow={"constant": P32_FEATS}),
+        HostileSpec("diffusers_prompt_kwargs", lambda prompt_embeds: gm.diffusers_prompt_kwargs(
+                    _Pipe(), prompt_embeds)["prompt_embeds"], {"prompt_embeds": torch.randn(2, 3, 8, generator=g)},
+                    ("prompt_embeds",), allow={"constant": "any finite embedding is passed through"}),
+        HostileSpec("tiny_t5", lambda d_model: gm.tiny_t5(10, d_model=d_model, num_heads=2).config.d_model,
+                    {"d_model": 8}, ("d_model",)),
+        HostileSpec("ToyVLM.generate", lambda images: vlm.generate(images, torch.ones(2, 1, dtype=torch.long), 2)["hidden"],
+                    {"images": torch.rand(2, 8, 8, generator=g)}, ("images",), covers=("ToyVLM",),
+                    allow={"constant": "a blank image is a valid image"}),
+        HostileSpec("ToyFlowDecoder.sample", lambda cond: flow.sample(cond, torch.ones(cond.shape[:2]), 2, seed=0),
+                    {"cond": torch.randn(2, 3, 8, generator=g)}, ("cond",), covers=("ToyFlowDecoder",),
+                    allow={"constant": "a constant condition is valid"}),
+        HostileSpec("generated_hidden_states", lambda input_ids: gm.generated_hidden_states(
+                    llama, input_ids, 2, do_sample=False)[0], {"input_ids": torch.tensor([[2, 5], [3, 4]])},
+                    ("input_ids",), allow={"constant": "a constant prompt is a valid prompt"}),
+    ]  # fmt: skip
+
+
+SPECS += _p32_specs()
 
 
 EXCLUDED = {
