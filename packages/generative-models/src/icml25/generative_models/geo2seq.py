@@ -367,12 +367,26 @@ def stability(symbols: Sequence[str], pos: np.ndarray) -> tuple[float, bool]:
 
 # ---------------------------------------------------------------------------------------- atom orders
 def _adjacency(n: int, bonds: Iterable[tuple[int, int]] | np.ndarray) -> list[list[int]]:
+    """Neighbour lists from ``(i, j)`` pairs (a list or a ``(K, 2)`` int array) or an ``(N, N)`` matrix."""
+    if hasattr(bonds, "detach"):
+        bonds = bonds.detach().cpu().numpy()
+    if isinstance(bonds, (str, bytes)) or not isinstance(bonds, (np.ndarray, Iterable)):
+        raise TypeError(f"bonds must be (i, j) pairs or an (N, N) matrix, got {type(bonds).__name__}")
+    arr = np.asarray(bonds if isinstance(bonds, np.ndarray) else list(bonds))
+    if arr.ndim == 1 and arr.size == 0:  # [] : no bonds
+        arr = arr.reshape(0, 2)
+    if arr.size == 0 and arr.dtype.kind == "f":  # np.asarray([]) is float
+        arr = arr.astype(np.int64)
+    if arr.dtype.kind not in "iub":
+        raise TypeError(f"bonds must hold integer atom indices (or bond orders), got dtype {arr.dtype}")
+    if arr.ndim == 2 and arr.shape == (n, n) and n != 2:
+        if (arr != arr.T).any():
+            raise ValueError("bonds as an (N, N) bond-order matrix must be symmetric")
+        arr = np.argwhere(np.triu(arr, 1) != 0)
+    if arr.ndim != 2 or arr.shape[1] != 2:
+        raise ValueError(f"bonds must be (K, 2) atom-index pairs or an (N, N) matrix with N = {n}, got shape {arr.shape}")
     adj: list[list[int]] = [[] for _ in range(n)]
-    if isinstance(bonds, np.ndarray) and bonds.ndim == 2 and bonds.shape == (n, n):
-        pairs = [(int(i), int(j)) for i, j in zip(*np.nonzero(np.triu(bonds, 1)))]
-    else:
-        pairs = [(int(b[0]), int(b[1])) for b in bonds]
-    for i, j in pairs:
+    for i, j in arr.tolist():
         if not (0 <= i < n and 0 <= j < n) or i == j:
             raise ValueError(f"bonds must be pairs of distinct atom indices in [0, {n}), got ({i}, {j})")
         if j not in adj[i]:
