@@ -142,7 +142,7 @@ def train_lm(
 ) -> list[float]:
     """Next-token training of a causal LM on padded ``ids`` ``(B, L)`` with ``mask`` ``(B, L)`` (1 = real
     token): AdamW at a constant ``lr``, shuffled mini-batches from ``seed``, gradient-norm clip
-    ``grad_clip``, padding excluded from the loss (each batch is cut to its longest sequence). ``epochs`` may be fractional (``round(epochs · B /
+    ``grad_clip``, dropout under ``isolated_rng(seed)``, padding excluded from the loss (each batch is cut to its longest sequence). ``epochs`` may be fractional (``round(epochs · B /
     batch_size)`` steps, at least 1). Returns the loss of every step; validates everything before training.
     """
     ids_t = torch.as_tensor(ids)
@@ -164,25 +164,26 @@ def train_lm(
     gen = make_generator(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
     model.train()
-    losses: list[float] = []
-    order = torch.randperm(n, generator=gen)
-    cursor = 0
-    for step in range(steps):
-        if cursor + batch_size > n:
-            order, cursor = torch.randperm(n, generator=gen), 0
-        idx = order[cursor : cursor + batch_size]
-        cursor += batch_size
-        width = int(mask_t[idx].sum(1).max())  # trim the batch to its longest sequence (same loss, less work)
-        out = model(
-            input_ids=ids_t[idx, :width], attention_mask=mask_t[idx, :width], labels=labels[idx, :width]
-        )
-        opt.zero_grad(set_to_none=True)
-        out.loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-        opt.step()
-        losses.append(float(out.loss.detach()))
-        if callback is not None:
-            callback(step, losses[-1])
+    with isolated_rng(seed):  # dropout draws: reproducible, the caller's global RNG untouched
+        losses: list[float] = []
+        order = torch.randperm(n, generator=gen)
+        cursor = 0
+        for step in range(steps):
+            if cursor + batch_size > n:
+                order, cursor = torch.randperm(n, generator=gen), 0
+            idx = order[cursor : cursor + batch_size]
+            cursor += batch_size
+            width = int(mask_t[idx].sum(1).max())  # trim the batch to its longest sequence (same loss, less work)
+            out = model(
+                input_ids=ids_t[idx, :width], attention_mask=mask_t[idx, :width], labels=labels[idx, :width]
+            )
+            opt.zero_grad(set_to_none=True)
+            out.loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+            opt.step()
+            losses.append(float(out.loss.detach()))
+            if callback is not None:
+                callback(step, losses[-1])
     model.eval()
     return losses
 
