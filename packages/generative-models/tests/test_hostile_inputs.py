@@ -1264,7 +1264,53 @@ def _p28_specs() -> list[HostileSpec]:
 SPECS += _p28_specs()
 
 
+def _p27_specs() -> list[HostileSpec]:
+    """P27 Geo2Seq: geometry, frame, bonds/stability, canonical orders, encode/decode, tokenizer."""
+    pytest.importorskip("rdkit")
+    from rdkit import Chem
+    from rdkit.Chem import AllChem
+
+    mol = Chem.AddHs(Chem.MolFromSmiles("CC(=O)O"))
+    AllChem.EmbedMolecule(mol, randomSeed=0)
+    sym = [a.GetSymbol() for a in mol.GetAtoms()]
+    pos = mol.GetConformer().GetPositions()
+    bonds = np.array([(b.GetBeginAtomIdx(), b.GetEndAtomIdx()) for b in mol.GetBonds()], dtype=np.int64)
+    seq = gm.encode(mol)
+    overlap = "a constant conformation puts every atom at one point: rejected as overlapping atoms"
+    pair = {"constant": "all atoms at one point: every tabulated pair is 'bonded'; a finite, documented answer"}
+    tok = gm.Geo2SeqTokenizer().fit([seq])
+    return [
+        HostileSpec("to_spherical", lambda pos: gm.to_spherical(pos), {"pos": pos}, ("pos",)),
+        HostileSpec("molecule_frame", lambda pos: gm.molecule_frame(pos)[0], {"pos": pos}, ("pos",)),
+        HostileSpec("from_spherical", gm.from_spherical, {"sph": gm.to_spherical(pos)}, ("sph",),
+                    {"constant": "equal rows are valid spherical coordinates (coincident atoms)"}),
+        HostileSpec("kabsch_rmsd", gm.kabsch_rmsd, {"a": pos, "b": pos + 1.0}, ("a", "b"),
+                    {"constant": "a collapsed conformation has a finite RMSD to any other"}),
+        HostileSpec("bond_orders", lambda pos: gm.bond_orders(sym, pos), {"pos": pos}, ("pos",), pair),
+        HostileSpec("stability", lambda pos: gm.stability(sym, pos), {"pos": pos}, ("pos",), pair),
+        HostileSpec("graph_canonical_order", lambda bonds: gm.graph_canonical_order(sym, bonds), {"bonds": bonds},
+                    ("bonds",), {"bonds:empty:0": "no bonds: every atom its own component, still an order"}),
+        HostileSpec("encode", lambda positions: gm.encode((sym, positions)), {"positions": pos}, ("positions",)),
+        HostileSpec("tokenize_molecule", lambda positions: gm.tokenize_molecule((sym, positions)).values,
+                    {"positions": pos}, ("positions",)),
+        HostileSpec("canonical_order", gm.canonical_order, {"mol": mol}, ()),
+        HostileSpec("decode", lambda seq: gm.decode(seq)[1], {"seq": seq}, ()),
+        HostileSpec("decode_to_mol", lambda seq: gm.decode_to_mol(seq).GetNumAtoms(), {"seq": seq}, ()),
+        HostileSpec("Geo2SeqConfig", lambda collinear_tol_deg: gm.Geo2SeqConfig(collinear_tol_deg=collinear_tol_deg).collinear_tol_deg,
+                    {"collinear_tol_deg": 5.0}, ("collinear_tol_deg",)),
+        HostileSpec("Geo2SeqTokenizer", lambda: gm.Geo2SeqTokenizer().fit([seq]).batch([seq])[0], {}, ()),
+        HostileSpec("Geo2SeqTokenizer.decode", lambda ids: tok.decode(ids), {"ids": np.array(tok.encode(seq))}, ("ids",),
+                    {"ids:empty:0": "no ids decode to the empty string",
+                     "constant": "a constant id is one repeated token"}, covers=("Geo2SeqTokenizer",)),
+    ]  # fmt: skip
+
+
+SPECS += _p27_specs()
+
+
 EXCLUDED = {
+    "Geo2SeqDecodeError": "an exception class (raised by decode), not a user entry point",
+    "Geo2SeqEncoding": "a result container built by tokenize_molecule, not a user entry point",
     "MatchResult": "a result container built by match_tokens, not a user entry point",
     "RestoreInfo": "a result container built by reduce_tokens, not a user entry point",
     "TokenSplit": "a result container built by spatiotemporal_split, not a user entry point",

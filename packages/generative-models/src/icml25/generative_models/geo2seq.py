@@ -794,9 +794,17 @@ class Geo2SeqTokenizer:
     def decode(self, ids: Iterable[int]) -> str:
         """The string of ``ids``: stops at the first eos, drops bos and pad, keeps ``<unk>`` visible."""
         self._fitted()
+        if hasattr(ids, "detach"):
+            ids = ids.detach().cpu().numpy()
+        if isinstance(ids, (str, bytes)) or not isinstance(ids, (np.ndarray, Iterable)):
+            raise TypeError(f"ids must be a 1-D sequence of integer token ids, got {type(ids).__name__}")
+        arr = np.asarray(ids if isinstance(ids, np.ndarray) else list(ids))
+        if arr.ndim != 1:
+            raise ValueError(f"ids must be a 1-D sequence of token ids, got shape {arr.shape}")
+        if arr.size and (arr.dtype.kind not in "iu"):
+            raise TypeError(f"ids must be integer token ids, got dtype {arr.dtype}")
         out = []
-        for k, i in enumerate(ids):
-            i = int(i)
+        for k, i in enumerate(arr.tolist()):
             if i == self.eos_id:
                 break
             if i in (self.bos_id, self.pad_id):
