@@ -38,7 +38,9 @@ def test_fast_tokenizer_matches_word_level_ids(corpus) -> None:
     assert fast("C 9.99")["input_ids"] == [1, tok.vocab_["C"], 3, 2]
     batch = fast(corpus, padding=True, return_tensors="pt")
     ids, mask = tok.batch(corpus)
-    assert torch.equal(batch["input_ids"], torch.from_numpy(ids)) and torch.equal(batch["attention_mask"], torch.from_numpy(mask))
+    assert torch.equal(batch["input_ids"], torch.from_numpy(ids)) and torch.equal(
+        batch["attention_mask"], torch.from_numpy(mask)
+    )
 
 
 def test_gpt2_trains_and_generates_parseable_strings(corpus) -> None:

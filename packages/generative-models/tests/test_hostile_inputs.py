@@ -1276,8 +1276,9 @@ def _p27_specs() -> list[HostileSpec]:
     pos = mol.GetConformer().GetPositions()
     bonds = np.array([(b.GetBeginAtomIdx(), b.GetEndAtomIdx()) for b in mol.GetBonds()], dtype=np.int64)
     seq = gm.encode(mol)
-    overlap = "a constant conformation puts every atom at one point: rejected as overlapping atoms"
-    pair = {"constant": "all atoms at one point: every tabulated pair is 'bonded'; a finite, documented answer"}
+    pair = {
+        "constant": "all atoms at one point: every tabulated pair is 'bonded'; a finite, documented answer"
+    }
     tok = gm.Geo2SeqTokenizer().fit([seq])
     return [
         HostileSpec("to_spherical", lambda pos: gm.to_spherical(pos), {"pos": pos}, ("pos",)),

@@ -97,7 +97,9 @@ _table(
         "P": {"P": 221},
     },
 )
-_table(_B2, {"C": {"C": 134, "N": 129, "O": 120, "S": 160}, "N": {"N": 125, "O": 121}, "O": {"O": 121, "P": 150}})
+_table(
+    _B2, {"C": {"C": 134, "N": 129, "O": 120, "S": 160}, "N": {"N": 125, "O": 121}, "O": {"O": 121, "P": 150}}
+)
 _table(_B3, {"C": {"C": 120, "N": 116, "O": 113}, "N": {"N": 110}})
 MARGINS_PM: tuple[float, float, float] = (10.0, 5.0, 3.0)
 """EDM margins (pm) added to the single / double / triple bond lengths."""
@@ -151,8 +153,12 @@ class Geo2SeqConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 8:
                 raise ValueError(f"{name} must be an int in [0, 8], got {v!r}")
-        if not isinstance(self.angle_suffix, str) or any(c.isspace() or c.isdigit() for c in self.angle_suffix):
-            raise ValueError(f"angle_suffix must be a string without spaces or digits, got {self.angle_suffix!r}")
+        if not isinstance(self.angle_suffix, str) or any(
+            c.isspace() or c.isdigit() for c in self.angle_suffix
+        ):
+            raise ValueError(
+                f"angle_suffix must be a string without spaces or digits, got {self.angle_suffix!r}"
+            )
         tol = self.collinear_tol_deg
         if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not 0.0 <= tol < 90.0:
             raise ValueError(f"collinear_tol_deg must be a number in [0, 90), got {tol!r}")
@@ -196,7 +202,9 @@ def _positions(pos: object, name: str = "pos", n: int | None = None) -> np.ndarr
             f"values in an array of shape {arr.shape}"
         )
     if np.abs(arr).max() > _MAX_ABS:
-        raise ValueError(f"{name} must lie within ±{_MAX_ABS:g} Å, got a coordinate of {np.abs(arr).max():.3g}")
+        raise ValueError(
+            f"{name} must lie within ±{_MAX_ABS:g} Å, got a coordinate of {np.abs(arr).max():.3g}"
+        )
     if n is not None and arr.shape[0] != n:
         raise ValueError(f"{name} must have one row per atom: {n} symbols but {arr.shape[0]} positions")
     return arr
@@ -204,7 +212,9 @@ def _positions(pos: object, name: str = "pos", n: int | None = None) -> np.ndarr
 
 def _symbols(symbols: object, name: str = "symbols") -> list[str]:
     if isinstance(symbols, str) or not isinstance(symbols, Iterable):
-        raise TypeError(f"{name} must be a sequence of element symbols like ['C', 'O'], got {type(symbols).__name__}")
+        raise TypeError(
+            f"{name} must be a sequence of element symbols like ['C', 'O'], got {type(symbols).__name__}"
+        )
     out = list(symbols)
     if not out:
         raise ValueError(f"{name} must name at least one atom, got an empty sequence")
@@ -283,9 +293,9 @@ def _frame_coordinates(pos: np.ndarray, tol: float, allow_overlap: bool) -> np.n
         first = int(np.flatnonzero(np.linalg.norm(q, axis=1) > 1e-12)[0])
         q[first, 1:] = 0.0  # on e_x by construction
         q[k, 1] = 0.0  # in the x-z half-plane z < 0 by construction (e_y is normal to it)
-    # components that are zero up to float error (atoms on the axis): snap, so φ is 0 or π, not ±π at random
-    off = np.hypot(q[:, 1], q[:, 2]) < 1e-9 * scale
-    q[off, 1:] = 0.0
+    # components that are zero up to float error (atoms on the axis, or in the x-z plane of a planar
+    # molecule): snap to +0, so φ is exactly 0 or π and not ±π by the sign of a rounding error
+    q[np.abs(q) < 1e-9 * scale] = 0.0
     return q
 
 
@@ -384,7 +394,9 @@ def _adjacency(n: int, bonds: Iterable[tuple[int, int]] | np.ndarray) -> list[li
             raise ValueError("bonds as an (N, N) bond-order matrix must be symmetric")
         arr = np.argwhere(np.triu(arr, 1) != 0)
     if arr.ndim != 2 or arr.shape[1] != 2:
-        raise ValueError(f"bonds must be (K, 2) atom-index pairs or an (N, N) matrix with N = {n}, got shape {arr.shape}")
+        raise ValueError(
+            f"bonds must be (K, 2) atom-index pairs or an (N, N) matrix with N = {n}, got shape {arr.shape}"
+        )
     adj: list[list[int]] = [[] for _ in range(n)]
     for i, j in arr.tolist():
         if not (0 <= i < n and 0 <= j < n) or i == j:
@@ -498,7 +510,9 @@ def canonical_order(mol: Any) -> list[int]:
 def _rdkit_order_from_xyz(symbols: list[str], pos: np.ndarray) -> list[int] | None:
     """RDKit order after ``rdDetermineBonds.DetermineBonds`` on an XYZ block; None when bonds fail."""
     Chem, rdDetermineBonds, RDLogger = _chem()
-    block = f"{len(symbols)}\n\n" + "".join(f"{s} {x:.8f} {y:.8f} {z:.8f}\n" for s, (x, y, z) in zip(symbols, pos))
+    block = f"{len(symbols)}\n\n" + "".join(
+        f"{s} {x:.8f} {y:.8f} {z:.8f}\n" for s, (x, y, z) in zip(symbols, pos)
+    )
     RDLogger.DisableLog("rdApp.*")
     try:
         mol = Chem.MolFromXYZBlock(block)
@@ -517,7 +531,9 @@ def _mol_inputs(mol: Any) -> tuple[list[str], np.ndarray, list[tuple[int, int]]]
     if mol.GetNumAtoms() == 0:
         raise ValueError("mol must have at least one atom, got an empty Mol")
     if mol.GetNumConformers() == 0:
-        raise ValueError("mol must have a 3D conformer (e.g. from AllChem.EmbedMolecule), got a Mol with none")
+        raise ValueError(
+            "mol must have a 3D conformer (e.g. from AllChem.EmbedMolecule), got a Mol with none"
+        )
     symbols = [a.GetSymbol() for a in mol.GetAtoms()]
     pos = _positions(mol.GetConformer().GetPositions(), "mol conformer positions", n=len(symbols))
     bonds = [(b.GetBeginAtomIdx(), b.GetEndAtomIdx()) for b in mol.GetBonds()]
@@ -646,7 +662,9 @@ def decode(seq: str, config: Geo2SeqConfig | None = None) -> tuple[list[str], np
     for a in range(len(toks) // 4):
         el = toks[4 * a]
         if el not in _Z:
-            raise Geo2SeqDecodeError(f"seq has an unknown element token {el!r} where an element is expected", 4 * a)
+            raise Geo2SeqDecodeError(
+                f"seq has an unknown element token {el!r} where an element is expected", 4 * a
+            )
         symbols.append(el)
         for c in range(3):
             pos_i = 4 * a + 1 + c
@@ -677,14 +695,19 @@ def decode_to_mol(seq: str, config: Geo2SeqConfig | None = None, perceive_bonds:
     failures). Needs the ``chem`` extra."""
     Chem, rdDetermineBonds, RDLogger = _chem()
     symbols, pos = decode(seq, config)
-    block = f"{len(symbols)}\n\n" + "".join(f"{s} {x:.6f} {y:.6f} {z:.6f}\n" for s, (x, y, z) in zip(symbols, pos))
+    block = f"{len(symbols)}\n\n" + "".join(
+        f"{s} {x:.6f} {y:.6f} {z:.6f}\n" for s, (x, y, z) in zip(symbols, pos)
+    )
     mol = Chem.MolFromXYZBlock(block)
     if mol is None:
         raise Geo2SeqDecodeError("seq decodes to coordinates RDKit cannot read as an XYZ block")
     if perceive_bonds:
         RDLogger.DisableLog("rdApp.*")
         try:
-            for fn in (lambda m: rdDetermineBonds.DetermineBonds(m, charge=0), rdDetermineBonds.DetermineConnectivity):
+            for fn in (
+                lambda m: rdDetermineBonds.DetermineBonds(m, charge=0),
+                rdDetermineBonds.DetermineConnectivity,
+            ):
                 trial = Chem.Mol(mol)
                 try:
                     fn(trial)
@@ -783,7 +806,9 @@ class Geo2SeqTokenizer:
         longest = max(len(e) for e in enc)
         L = longest if max_length is None else max_length
         if longest > L:
-            raise ValueError(f"max_length={L} is shorter than the longest sequence ({longest} tokens with bos/eos)")
+            raise ValueError(
+                f"max_length={L} is shorter than the longest sequence ({longest} tokens with bos/eos)"
+            )
         ids = np.full((len(enc), L), self.pad_id, dtype=np.int64)
         mask = np.zeros((len(enc), L), dtype=np.int64)
         for i, e in enumerate(enc):
@@ -825,7 +850,9 @@ class Geo2SeqTokenizer:
         """Read a tokenizer written by :meth:`save`."""
         data = json.loads(Path(path).read_text(encoding="utf-8"))
         if not isinstance(data, dict) or not isinstance(data.get("vocab"), dict):
-            raise ValueError(f"path must be a JSON file written by Geo2SeqTokenizer.save, got keys {list(data)[:5]}")
+            raise ValueError(
+                f"path must be a JSON file written by Geo2SeqTokenizer.save, got keys {list(data)[:5]}"
+            )
         return cls(data["vocab"])
 
     def to_transformers(self) -> Any:

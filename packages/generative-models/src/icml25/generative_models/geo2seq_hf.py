@@ -46,7 +46,12 @@ def _int(name: str, value: object, low: int = 1) -> int:
 
 
 def _float(name: str, value: object, low: float = 0.0) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= low:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value <= low
+    ):
         raise ValueError(f"{name} must be a finite number > {low:g}, got {value!r}")
     return float(value)
 
@@ -148,12 +153,16 @@ def train_lm(
     ids_t = torch.as_tensor(ids)
     mask_t = torch.as_tensor(mask)
     if ids_t.dtype not in (torch.int64, torch.int32) or ids_t.dim() != 2 or 0 in ids_t.shape:
-        raise ValueError(f"ids must be a non-empty integer (B, L) array, got {tuple(ids_t.shape)} {ids_t.dtype}")
+        raise ValueError(
+            f"ids must be a non-empty integer (B, L) array, got {tuple(ids_t.shape)} {ids_t.dtype}"
+        )
     if mask_t.shape != ids_t.shape:
         raise ValueError(f"mask must have the shape of ids {tuple(ids_t.shape)}, got {tuple(mask_t.shape)}")
     vocab = model.get_input_embeddings().num_embeddings
     if int(ids_t.min()) < 0 or int(ids_t.max()) >= vocab:
-        raise ValueError(f"ids must lie in [0, {vocab}) (the model's vocabulary), got [{int(ids_t.min())}, {int(ids_t.max())}]")
+        raise ValueError(
+            f"ids must lie in [0, {vocab}) (the model's vocabulary), got [{int(ids_t.min())}, {int(ids_t.max())}]"
+        )
     epochs = _float("epochs", epochs)
     batch_size = _int("batch_size", batch_size)
     lr, grad_clip = _float("lr", lr), _float("grad_clip", grad_clip)
@@ -173,7 +182,9 @@ def train_lm(
                 order, cursor = torch.randperm(n, generator=gen), 0
             idx = order[cursor : cursor + batch_size]
             cursor += batch_size
-            width = int(mask_t[idx].sum(1).max())  # trim the batch to its longest sequence (same loss, less work)
+            width = int(
+                mask_t[idx].sum(1).max()
+            )  # trim the batch to its longest sequence (same loss, less work)
             out = model(
                 input_ids=ids_t[idx, :width], attention_mask=mask_t[idx, :width], labels=labels[idx, :width]
             )

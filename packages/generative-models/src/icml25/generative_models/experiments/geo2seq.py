@@ -220,7 +220,9 @@ def geometry_fingerprint(symbols: Sequence[str], pos: np.ndarray) -> dict[tuple[
     return {k: np.sort(v) for k, v in out.items()}
 
 
-def same_geometry(a: tuple[list[str], np.ndarray], b: tuple[list[str], np.ndarray], tol: float = 0.05) -> bool:
+def same_geometry(
+    a: tuple[list[str], np.ndarray], b: tuple[list[str], np.ndarray], tol: float = 0.05
+) -> bool:
     """Whether two decoded molecules have the same elements and distance fingerprints within ``tol`` Å."""
     if sorted(a[0]) != sorted(b[0]):
         return False
@@ -229,7 +231,9 @@ def same_geometry(a: tuple[list[str], np.ndarray], b: tuple[list[str], np.ndarra
 
 
 # -------------------------------------------------------------------------------------------- measures
-def tokenization_metrics(mols: list[Any], cfg: Geo2SeqConfig, base: Geo2SeqConfig, seed: int, n_motions: int) -> dict:
+def tokenization_metrics(
+    mols: list[Any], cfg: Geo2SeqConfig, base: Geo2SeqConfig, seed: int, n_motions: int
+) -> dict:
     """Round trip, SE(3) invariance (Geo2Seq vs the Cartesian baseline) and permutation invariance."""
     from rdkit import Chem
 
@@ -252,7 +256,9 @@ def tokenization_metrics(mols: list[Any], cfg: Geo2SeqConfig, base: Geo2SeqConfi
             inv_base.append(_tokens_match(tokenize_molecule(moved, base).sequence, ref_b, base.coords))
         shuffled = Chem.RenumberAtoms(mol, [int(i) for i in rng.permutation(len(s))])
         other = tokenize_molecule(shuffled, cfg)
-        perm_ok.append(other.symbols == enc.symbols and same_geometry((sym, pos), decode(other.sequence, cfg)))
+        perm_ok.append(
+            other.symbols == enc.symbols and same_geometry((sym, pos), decode(other.sequence, cfg))
+        )
     return {
         "round_trip_rmsd_max": float(np.max(rmsd)),
         "round_trip_rmsd_mean": float(np.mean(rmsd)),
@@ -305,8 +311,12 @@ def train_arm(
 
     tok = Geo2SeqTokenizer().fit(train_seqs)
     ids, mask = tok.batch(train_seqs, max_length=72)
-    model = build_gpt2(len(tok), n_layer=setting.n_layer, n_embd=setting.n_embd, n_head=4, n_positions=72, seed=seed)
-    epochs = setting.epochs if setting.smoke_steps is None else setting.smoke_steps * setting.batch_size / len(ids)
+    model = build_gpt2(
+        len(tok), n_layer=setting.n_layer, n_embd=setting.n_embd, n_head=4, n_positions=72, seed=seed
+    )
+    epochs = (
+        setting.epochs if setting.smoke_steps is None else setting.smoke_steps * setting.batch_size / len(ids)
+    )
     bar = progress(total=max(1, round(epochs * len(ids) / setting.batch_size)), desc=desc)
     losses = train_lm(
         model, ids, mask, epochs=epochs, batch_size=setting.batch_size, lr=setting.lr, seed=seed,
@@ -322,7 +332,9 @@ def train_arm(
     return samples, losses, len(tok)
 
 
-def evaluate(setting: Setting, seed: int = 0, out_dir: str | Path | None = None, variant: str = "none") -> Report:
+def evaluate(
+    setting: Setting, seed: int = 0, out_dir: str | Path | None = None, variant: str = "none"
+) -> Report:
     """Measure every metric of :func:`checks` (``variant="input_order"``: the broken variant)."""
     if variant not in ("none", "input_order"):
         raise ValueError(f"variant must be 'none' or 'input_order', got {variant!r}")
@@ -334,7 +346,7 @@ def evaluate(setting: Setting, seed: int = 0, out_dir: str | Path | None = None,
     mols = make_conformers(setting, seed)
     rng = np.random.default_rng(seed)
     split = rng.permutation(len(mols))
-    n_train = int(round(0.9 * len(mols)))
+    n_train = round(0.9 * len(mols))
     train_mols = [mols[i] for i in split[:n_train]]
     metrics: dict[str, float] = {"n_conformers": float(len(mols)), "n_train": float(n_train)}
     losses: dict[str, list[float]] = {}
@@ -413,7 +425,9 @@ def plot(out_dir: str | Path, metrics: dict[str, float], losses: dict[str, list[
         arms = [("Geo2Seq", ""), ("Cartesian", "baseline_cartesian_"), ("inv. Cartesian", "inv_cartesian_")]
         arms = [(n, p) for n, p in arms if p + "mol_stability" in metrics]
         x = np.arange(len(arms))
-        for i, (key, label) in enumerate([("parse", "parse"), ("atom_stability", "atom stab."), ("mol_stability", "mol. stab.")]):
+        for i, (key, label) in enumerate(
+            [("parse", "parse"), ("atom_stability", "atom stab."), ("mol_stability", "mol. stab.")]
+        ):
             ax2.bar(x + (i - 1) * 0.27, [metrics[p + key] for _, p in arms], 0.27, label=label)
         ax2.set_xticks(x, [n for n, _ in arms])
         ax2.axhline(MIN_MOL_STABILITY, color="k", lw=1, ls="--")
