@@ -1,5 +1,5 @@
 """P27 Geo2Seq: round trip, SE(3) / permutation invariance, reflection, frame, degenerate molecules, tokenizer,
-stability checker, the brief's bad inputs, and the quick reproduction (with its broken variant)."""
+stability checker, the bad inputs (one test each), and the quick reproduction (with its broken variant)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ rounded to 0.01 Å (not rotation invariant); (C, full, report only) invariant Ca
 molecule frame. 300 samples per arm (top-k 20, T = 0.7), EDM-style atom / molecule stability of the
 decoded coordinates (distance-table bond orders, valence check).
 
-Pass rule (:func:`checks`), thresholds from the brief and its second review, fixed before running. Full:
+Pass rule (:func:`checks`), thresholds from the reproduction plan (and its review), fixed before running. Full:
 atom stability (A) ≥ 0.85, molecule stability (A) ≥ 0.5, molecule stability (A) ≥ (B) + 0.15. Quick
 (tokenization, no learning, < 20 s): round trip ≤ 0.05 Å RMSD on every molecule; SE(3) invariance of the
 strings, Geo2Seq fraction ≥ Cartesian fraction + 0.9; permutation invariance (shuffled input atoms decode
@@ -94,9 +94,9 @@ class Setting:
     batch_size: int = 32
     """Batch size (paper 32 per GPU; ours 32)."""
     lr: float = 1e-3
-    """AdamW learning rate, constant (paper: 4e-4 with warmup / cosine decay; ours 1e-3, as the brief)."""
+    """AdamW learning rate, constant (paper: 4e-4 with warmup / cosine decay; ours 1e-3)."""
     top_k: int = 20
-    """Sampling top-k (paper 50 on QM9's larger vocabulary; ours 20, as the brief)."""
+    """Sampling top-k (paper 50 on QM9's larger vocabulary; ours 20)."""
     temperature: float = 0.7
     """Sampling temperature (paper 0.7)."""
     invariant_cartesian_arm: bool = False
@@ -115,11 +115,11 @@ MIN_PERMUTATION = 0.99
 SMOKE_RATIO = 0.7
 """Quick LM smoke: mean loss of the last 5 steps <= this x the first step's loss."""
 MIN_ATOM_STABILITY = 0.85
-"""Full: Geo2Seq atom stability, at least (brief; second review measured 0.94 at 15 epochs)."""
+"""Full: Geo2Seq atom stability, at least (paper ~0.99 on QM9; a prototype of this setting: 0.94 at 15 epochs)."""
 MIN_MOL_STABILITY = 0.5
-"""Full: Geo2Seq molecule stability, at least (brief; measured 0.80 in its prototype)."""
+"""Full: Geo2Seq molecule stability, at least (paper ~0.93 on QM9; the prototype: 0.80)."""
 MOL_MARGIN = 0.15
-"""Full: Geo2Seq molecule stability minus the Cartesian baseline's, at least (brief)."""
+"""Full: Geo2Seq molecule stability minus the Cartesian baseline's, at least (the reproduction plan)."""
 TOL = 0.011
 """Numeric tolerance when comparing two token strings (one unit in the last of 2 decimals, and float noise)."""
 
