@@ -1266,19 +1266,26 @@ SPECS += _p28_specs()
 
 def _p27_specs() -> list[HostileSpec]:
     """P27 Geo2Seq: geometry, frame, bonds/stability, canonical orders, encode/decode, tokenizer."""
-    pytest.importorskip("rdkit")
-    from rdkit import Chem
-    from rdkit.Chem import AllChem
-
-    mol = Chem.AddHs(Chem.MolFromSmiles("CC(=O)O"))
-    AllChem.EmbedMolecule(mol, randomSeed=0)
-    sym = [a.GetSymbol() for a in mol.GetAtoms()]
-    pos = mol.GetConformer().GetPositions()
-    bonds = np.array([(b.GetBeginAtomIdx(), b.GetEndAtomIdx()) for b in mol.GetBonds()], dtype=np.int64)
-    seq = gm.encode(mol)
+    sym = ["C", "O", "H", "H", "H", "H"]  # methanol; RDKit only inside the two specs that need it
+    pos = np.array([[-0.05, 0.67, 0.00], [-0.05, -0.75, 0.00], [-1.09, 0.98, 0.00],
+                    [0.44, 1.07, 0.89], [0.44, 1.07, -0.89], [0.87, -1.06, 0.00]])  # fmt: skip
+    bonds = np.array([(0, 1), (0, 2), (0, 3), (0, 4), (1, 5)], dtype=np.int64)
+    seq = gm.encode((sym, pos))
     pair = {
         "constant": "all atoms at one point: every tabulated pair is 'bonded'; a finite, documented answer"
     }
+
+    def _mol():
+        Chem = pytest.importorskip("rdkit.Chem")
+        AllChem = pytest.importorskip("rdkit.Chem.AllChem")
+        mol = Chem.AddHs(Chem.MolFromSmiles("CO"))
+        AllChem.EmbedMolecule(mol, randomSeed=0)
+        return mol
+
+    def _to_mol():
+        pytest.importorskip("rdkit")
+        return (lambda seq: gm.decode_to_mol(seq).GetNumAtoms()), {"seq": seq}, None
+
     tok = gm.Geo2SeqTokenizer().fit([seq])
     return [
         HostileSpec("to_spherical", lambda pos: gm.to_spherical(pos), {"pos": pos}, ("pos",)),
@@ -1294,9 +1301,9 @@ def _p27_specs() -> list[HostileSpec]:
         HostileSpec("encode", lambda positions: gm.encode((sym, positions)), {"positions": pos}, ("positions",)),
         HostileSpec("tokenize_molecule", lambda positions: gm.tokenize_molecule((sym, positions)).values,
                     {"positions": pos}, ("positions",)),
-        HostileSpec("canonical_order", gm.canonical_order, {"mol": mol}, ()),
+        HostileSpec("canonical_order", setup=lambda: (gm.canonical_order, {"mol": _mol()}, None), arrays=()),
         HostileSpec("decode", lambda seq: gm.decode(seq)[1], {"seq": seq}, ()),
-        HostileSpec("decode_to_mol", lambda seq: gm.decode_to_mol(seq).GetNumAtoms(), {"seq": seq}, ()),
+        HostileSpec("decode_to_mol", setup=_to_mol, arrays=()),
         HostileSpec("Geo2SeqConfig", lambda collinear_tol_deg: gm.Geo2SeqConfig(collinear_tol_deg=collinear_tol_deg).collinear_tol_deg,
                     {"collinear_tol_deg": 5.0}, ("collinear_tol_deg",)),
         HostileSpec("Geo2SeqTokenizer", lambda: gm.Geo2SeqTokenizer().fit([seq]).batch([seq])[0], {}, ()),
