@@ -1535,7 +1535,61 @@ def _p32_specs() -> list[HostileSpec]:
 SPECS += _p32_specs()
 
 
+def _p27_specs() -> list[HostileSpec]:
+    """P27 Geo2Seq: geometry, frame, bonds/stability, canonical orders, encode/decode, tokenizer."""
+    sym = ["C", "O", "H", "H", "H", "H"]  # methanol; RDKit only inside the two specs that need it
+    pos = np.array([[-0.05, 0.67, 0.00], [-0.05, -0.75, 0.00], [-1.09, 0.98, 0.00],
+                    [0.44, 1.07, 0.89], [0.44, 1.07, -0.89], [0.87, -1.06, 0.00]])  # fmt: skip
+    bonds = np.array([(0, 1), (0, 2), (0, 3), (0, 4), (1, 5)], dtype=np.int64)
+    seq = gm.encode((sym, pos))
+    pair = {
+        "constant": "all atoms at one point: every tabulated pair is 'bonded'; a finite, documented answer"
+    }
+
+    def _mol():
+        Chem = pytest.importorskip("rdkit.Chem")
+        AllChem = pytest.importorskip("rdkit.Chem.AllChem")
+        mol = Chem.AddHs(Chem.MolFromSmiles("CO"))
+        AllChem.EmbedMolecule(mol, randomSeed=0)
+        return mol
+
+    def _to_mol():
+        pytest.importorskip("rdkit")
+        return (lambda seq: gm.decode_to_mol(seq).GetNumAtoms()), {"seq": seq}, None
+
+    tok = gm.Geo2SeqTokenizer().fit([seq])
+    return [
+        HostileSpec("to_spherical", lambda pos: gm.to_spherical(pos), {"pos": pos}, ("pos",)),
+        HostileSpec("molecule_frame", lambda pos: gm.molecule_frame(pos)[0], {"pos": pos}, ("pos",)),
+        HostileSpec("from_spherical", gm.from_spherical, {"sph": gm.to_spherical(pos)}, ("sph",),
+                    {"constant": "equal rows are valid spherical coordinates (coincident atoms)"}),
+        HostileSpec("kabsch_rmsd", gm.kabsch_rmsd, {"a": pos, "b": pos + 1.0}, ("a", "b"),
+                    {"constant": "a collapsed conformation has a finite RMSD to any other"}),
+        HostileSpec("bond_orders", lambda pos: gm.bond_orders(sym, pos), {"pos": pos}, ("pos",), pair),
+        HostileSpec("stability", lambda pos: gm.stability(sym, pos), {"pos": pos}, ("pos",), pair),
+        HostileSpec("graph_canonical_order", lambda bonds: gm.graph_canonical_order(sym, bonds), {"bonds": bonds},
+                    ("bonds",), {"bonds:empty:0": "no bonds: every atom its own component, still an order"}),
+        HostileSpec("encode", lambda positions: gm.encode((sym, positions)), {"positions": pos}, ("positions",)),
+        HostileSpec("tokenize_molecule", lambda positions: gm.tokenize_molecule((sym, positions)).values,
+                    {"positions": pos}, ("positions",)),
+        HostileSpec("canonical_order", setup=lambda: (gm.canonical_order, {"mol": _mol()}, None), arrays=()),
+        HostileSpec("decode", lambda seq: gm.decode(seq)[1], {"seq": seq}, ()),
+        HostileSpec("decode_to_mol", setup=_to_mol, arrays=()),
+        HostileSpec("Geo2SeqConfig", lambda collinear_tol_deg: gm.Geo2SeqConfig(collinear_tol_deg=collinear_tol_deg).collinear_tol_deg,
+                    {"collinear_tol_deg": 5.0}, ("collinear_tol_deg",)),
+        HostileSpec("Geo2SeqTokenizer", lambda: gm.Geo2SeqTokenizer().fit([seq]).batch([seq])[0], {}, ()),
+        HostileSpec("Geo2SeqTokenizer.decode", lambda ids: tok.decode(ids), {"ids": np.array(tok.encode(seq))}, ("ids",),
+                    {"ids:empty:0": "no ids decode to the empty string",
+                     "constant": "a constant id is one repeated token"}, covers=("Geo2SeqTokenizer",)),
+    ]  # fmt: skip
+
+
+SPECS += _p27_specs()
+
+
 EXCLUDED = {
+    "Geo2SeqDecodeError": "an exception class (raised by decode), not a user entry point",
+    "Geo2SeqEncoding": "a result container built by tokenize_molecule, not a user entry point",
     "MatchResult": "a result container built by match_tokens, not a user entry point",
     "RestoreInfo": "a result container built by reduce_tokens, not a user entry point",
     "TokenSplit": "a result container built by spatiotemporal_split, not a user entry point",
