@@ -13,7 +13,7 @@ Pure PyTorch: kNN by padded ``torch.cdist`` + ``topk``, scatter-means by ``index
 Public API: :func:`dmp_schedule` (the four schedule shapes), :func:`voxel_clusters`, :func:`knn_graph`,
 :func:`build_dmp_graph` (:class:`DMPGraph`), :class:`DMPLayer` (coarsen → conv → spread → gate) and
 :class:`NoiseConditionedGNN`; a flow-matching trainer/sampler for point clouds
-(:func:`flow_matching_loss`, :func:`sample_flow`) and time converters (:func:`ddpm_timestep_to_s`,
+(:func:`ncgn_flow_matching_loss`, :func:`ncgn_sample`) and time converters (:func:`ddpm_timestep_to_s`,
 :func:`scheduler_timestep_to_s`) for DDPM timesteps and diffusers schedulers.
 
 Time convention: every API here takes the data-ness ``s``. The official ModelNet diffusion script feeds the
@@ -47,9 +47,9 @@ __all__ = [
     "build_dmp_graph",
     "ddpm_timestep_to_s",
     "dmp_schedule",
-    "flow_matching_loss",
+    "ncgn_flow_matching_loss",
     "knn_graph",
-    "sample_flow",
+    "ncgn_sample",
     "scheduler_timestep_to_s",
     "voxel_clusters",
 ]
@@ -171,11 +171,11 @@ def dmp_schedule(
             s = 1.0 - s
         c0 = math.sqrt(k * n)
         if kind == "exp":
-            c = (n - c0) * math.expm1(a * s) / math.expm1(a) + c0
-            return min(n, math.ceil(c)), math.ceil(k * n / c)
+            c = min(float(n), (n - c0) * math.expm1(a * s) / math.expm1(a) + c0)  # min: float error at s = 1
+            return math.ceil(c), math.ceil(k * n / c)
         if kind == "log":
-            c = (n - c0) * math.log1p(a * s) / math.log1p(a) + c0
-            return min(n, math.ceil(c)), math.ceil(k * n / c)
+            c = min(float(n), (n - c0) * math.log1p(a * s) / math.log1p(a) + c0)
+            return math.ceil(c), math.ceil(k * n / c)
         if kind == "linear":
             c = math.ceil((1 - s) * c0 + s * n)
         else:
@@ -578,7 +578,7 @@ def _check_clouds(x1: Any, name: str = "x1") -> Tensor:
     return x1
 
 
-def flow_matching_loss(model: NoiseConditionedGNN, x1: Tensor, generator: torch.Generator | None = None) -> Tensor:
+def ncgn_flow_matching_loss(model: NoiseConditionedGNN, x1: Tensor, generator: torch.Generator | None = None) -> Tensor:
     """Conditional flow-matching loss (σ = 0, linear path, torchcfm's convention) on clouds ``x1 [B, N, D]``.
 
     ``x0 ~ N(0, I)``, ``s ~ U(0, 1)`` per cloud, ``x_s = (1 − s)x0 + s x1``; the model sees ``x = pos = x_s``
@@ -601,7 +601,7 @@ def flow_matching_loss(model: NoiseConditionedGNN, x1: Tensor, generator: torch.
 
 
 @torch.no_grad()
-def sample_flow(
+def ncgn_sample(
     model: NoiseConditionedGNN,
     n_clouds: int,
     n_points: int,

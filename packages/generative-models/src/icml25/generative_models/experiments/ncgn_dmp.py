@@ -44,8 +44,8 @@ from icml25.generative_models.ncgn_dmp import (
     NoiseConditionedGNN,
     build_dmp_graph,
     dmp_schedule,
-    flow_matching_loss,
-    sample_flow,
+    ncgn_flow_matching_loss,
+    ncgn_sample,
 )
 from icml25.kernels.experiment import (
     Check,
@@ -255,7 +255,7 @@ def train_arm(setting: Setting, arm: str, train: torch.Tensor, seed: int) -> tup
     losses = []
     for _ in progress(range(setting.steps), desc=f"P31 {arm} seed {seed}"):
         idx = torch.randint(len(train), (setting.batch_size,), generator=g)
-        loss = flow_matching_loss(model, train[idx], generator=g)
+        loss = ncgn_flow_matching_loss(model, train[idx], generator=g)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -312,7 +312,7 @@ def evaluate(setting: Setting, seed: int = 0, out_dir: str | Path | None = None,
                     np.mean([model.graph(train[0] * s + (1 - s) * rf_pos[0], s).num_coarse_edges for s in S_GRID])
                 )
             if setting.n_eval:
-                gen = sample_flow(
+                gen = ncgn_sample(
                     model, setting.n_eval, setting.n_points, setting.sample_steps,
                     generator=torch.Generator().manual_seed(sd + 99),
                 )  # fmt: skip
