@@ -14,8 +14,8 @@ from icml25.generative_models import (
     build_dmp_graph,
     ddpm_timestep_to_s,
     dmp_schedule,
-    ncgn_flow_matching_loss,
     knn_graph,
+    ncgn_flow_matching_loss,
     ncgn_sample,
     voxel_clusters,
 )
@@ -81,7 +81,7 @@ def test_voxel_clusters_assign_everyone_consecutively_within_the_request(n, req,
     if req >= n:
         assert torch.equal(cl, torch.arange(n))  # identity
     else:
-        assert count <= int(math.floor(req ** (1 / d) + 1e-9)) ** d <= req
+        assert count <= math.floor(req ** (1 / d) + 1e-9) ** d <= req
 
 
 def test_cluster_positions_are_member_means_and_batched_clustering_matches_per_cloud():
@@ -195,7 +195,7 @@ def test_flow_matching_trains_and_samples_are_finite():
 
 # ----------------------------------------------------------------------------------------------- bad inputs
 def test_s_outside_unit_interval_is_rejected():
-    with pytest.raises(ValueError, match="s must be a data-ness level in \\[0, 1\\].*ddpm_timestep_to_s"):
+    with pytest.raises(ValueError, match=r"s must be a data-ness level in \[0, 1\].*ddpm_timestep_to_s"):
         build_dmp_graph(_cloud(), 1.5, 4)
     with pytest.raises(ValueError, match="s must be"):
         _model()(_cloud(), _cloud(), torch.tensor(-0.1))
@@ -235,13 +235,13 @@ def test_nan_positions_are_rejected():
 
 def test_mismatched_batch_vectors_are_rejected():
     pos = _cloud(10)
-    with pytest.raises(ValueError, match="batch must have shape \\(10,\\)"):
+    with pytest.raises(ValueError, match=r"batch must have shape \(10,\)"):
         build_dmp_graph(pos, 0.5, 2, batch=torch.zeros(9, dtype=torch.long))
     with pytest.raises(ValueError, match="batch must be sorted graph ids"):
         build_dmp_graph(pos, 0.5, 2, batch=torch.tensor([0] * 5 + [2] * 5))
     with pytest.raises(TypeError, match="batch must be an int64"):
         build_dmp_graph(pos, 0.5, 2, batch=torch.zeros(10))
-    with pytest.raises(ValueError, match="s must be a scalar or have shape \\(2,\\)"):
+    with pytest.raises(ValueError, match=r"s must be a scalar or have shape \(2,\)"):
         build_dmp_graph(pos, torch.tensor([0.1, 0.2, 0.3]), 2, batch=torch.tensor([0] * 5 + [1] * 5))
 
 

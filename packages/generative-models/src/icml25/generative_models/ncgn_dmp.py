@@ -47,8 +47,8 @@ __all__ = [
     "build_dmp_graph",
     "ddpm_timestep_to_s",
     "dmp_schedule",
-    "ncgn_flow_matching_loss",
     "knn_graph",
+    "ncgn_flow_matching_loss",
     "ncgn_sample",
     "scheduler_timestep_to_s",
     "voxel_clusters",
@@ -58,6 +58,7 @@ Schedule = Callable[[float, int, int], tuple[int, int]]
 """``(s, k, N) -> (n_clusters, n_edges)``: the DMP resolution and coarse kNN degree at data-ness ``s``."""
 
 _KINDS = ("linear", "exp", "log", "relu")
+_MAX_ABS = 1e12
 
 
 # ------------------------------------------------------------------------------------------ validation
@@ -76,6 +77,13 @@ def _check_tensor(x: Any, name: str, ndim: int, *, floating: bool = True) -> Ten
                 f"{name} must be finite; got {n_nan} NaN and {int(bad.sum()) - n_nan} Inf values in a tensor "
                 f"of shape {tuple(x.shape)}"
             )
+        if x.numel() and float(x.detach().abs().max()) > _MAX_ABS:
+            raise ValueError(
+                f"{name} must have |values| <= {_MAX_ABS:g} (squared distances and activations stay finite in "
+                f"float32), got max |{name}| = {float(x.detach().abs().max()):.3g}"
+            )
+    if x.numel() == 0:
+        raise ValueError(f"{name} must not be empty, got shape {tuple(x.shape)}")
     return x
 
 
@@ -122,7 +130,9 @@ def _check_s(s: Any, n_graphs: int, name: str = "s") -> Tensor:
         if s.dim() == 0:
             s = s.expand(n_graphs)
         if s.shape != (n_graphs,):
-            raise ValueError(f"{name} must be a scalar or have shape ({n_graphs},) (one per graph), got {tuple(s.shape)}")
+            raise ValueError(
+                f"{name} must be a scalar or have shape ({n_graphs},) (one per graph), got {tuple(s.shape)}"
+            )
         s = s.detach().to(torch.float64)
     else:
         raise TypeError(f"{name} must be a float or a tensor in [0, 1], got {type(s).__name__}")
@@ -155,8 +165,8 @@ def dmp_schedule(
         raise ValueError(f"kind must be one of {_KINDS}, got {kind!r}")
     if isinstance(curvature, bool) or not isinstance(curvature, (int, float)) or not math.isfinite(curvature):
         raise TypeError(f"curvature must be a finite float, got {curvature!r}")
-    if curvature <= 0:
-        raise ValueError(f"curvature must be > 0, got {curvature}")
+    if not 0 < curvature <= 500:
+        raise ValueError(f"curvature must be in (0, 500] (e^curvature must stay finite), got {curvature}")
     if isinstance(split, bool) or not isinstance(split, (int, float)) or not 0.0 <= split < 1.0:
         raise ValueError(f"split must be a float in [0, 1), got {split!r}")
     a, sp = float(curvature), float(split)
@@ -365,7 +375,9 @@ def _build(
         # Deviation from the official code (which keeps the degree of the requested count): the degree is
         # recomputed from the realised voxel count, so the coarse edge budget stays ~ kN.
         n_edges = torch.where(
-            realised >= counts, torch.full_like(realised, k), torch.ceil(k * counts / realised.double()).long()
+            realised >= counts,
+            torch.full_like(realised, k),
+            torch.ceil(k * counts / realised.double()).long(),
         )
     elif mode == "knn":
         n_edges = torch.full((B,), k, dtype=torch.long)
@@ -420,7 +432,9 @@ def build_dmp_graph(
     if isinstance(schedule, str):
         schedule = dmp_schedule(schedule)  # type: ignore[arg-type]
     elif not callable(schedule):
-        raise TypeError(f"schedule must be a kind name or a callable (s, k, N) -> (n_clusters, n_edges), got {schedule!r}")
+        raise TypeError(
+            f"schedule must be a kind name or a callable (s, k, N) -> (n_clusters, n_edges), got {schedule!r}"
+        )
     s = _check_s(s, len(counts))
     return _build(pos, s, k, schedule, batch, ptr, mode)
 
@@ -454,7 +468,11 @@ class DMPLayer(nn.Module):
     """
 
     def __init__(
-        self, hidden: int, pos_dim: int, conv: Literal["gcn", "gat", "mlp"] = "gcn", gate: nn.Linear | None = None
+        self,
+        hidden: int,
+        pos_dim: int,
+        conv: Literal["gcn", "gat", "mlp"] = "gcn",
+        gate: nn.Linear | None = None,
     ) -> None:
         super().__init__()
         if conv not in ("gcn", "gat", "mlp"):
@@ -480,7 +498,9 @@ class DMPLayer(nn.Module):
         src = torch.cat([g.edge_index_cg[0], loop])
         tgt = torch.cat([g.edge_index_cg[1], loop])
         if self.conv_kind == "mlp":
-            msg = self.edge_mlp(torch.cat([x[tgt], x[src], torch.cat([g.edge_attr_cg, torch.zeros(C, 2)], 0)], 1))
+            msg = self.edge_mlp(
+                torch.cat([x[tgt], x[src], torch.cat([g.edge_attr_cg, torch.zeros(C, 2)], 0)], 1)
+            )
             return _scatter_mean(msg, tgt, C)
         h = self.conv(x)
         if self.conv_kind == "gcn":
@@ -495,6 +515,17 @@ class DMPLayer(nn.Module):
 
     def forward(self, x: Tensor, x_cg: Tensor, pos: Tensor, g: DMPGraph) -> tuple[Tensor, Tensor]:
         """``x [N, H]`` node states, ``x_cg [C, H]`` cluster states -> updated ``(x, x_cg)``."""
+        if not isinstance(g, DMPGraph):
+            raise TypeError(f"g must be a DMPGraph (build_dmp_graph), got {type(g).__name__}")
+        h = self.norm.normalized_shape[0]
+        x = _check_tensor(x, "x", 2)
+        x_cg = _check_tensor(x_cg, "x_cg", 2)
+        pos = _check_tensor(pos, "pos", 2)
+        if x.shape != (len(g.cluster), h) or x_cg.shape != (g.num_clusters, h) or len(pos) != len(g.cluster):
+            raise ValueError(
+                f"x must be ({len(g.cluster)}, {h}), x_cg ({g.num_clusters}, {h}) and pos ({len(g.cluster)}, D) "
+                f"for this graph, got {tuple(x.shape)}, {tuple(x_cg.shape)} and {tuple(pos.shape)}"
+            )
         cl = g.cluster
         prev_x, prev_cg = x, x_cg
         dpos = g.pos_cg[cl] - pos
@@ -554,7 +585,9 @@ class NoiseConditionedGNN(nn.Module):
         x = _check_tensor(x, "x", 2)
         pos = _check_tensor(pos, "pos", 2)
         if x.shape[0] != pos.shape[0]:
-            raise ValueError(f"x and pos must have the same number of nodes, got {x.shape[0]} and {pos.shape[0]}")
+            raise ValueError(
+                f"x and pos must have the same number of nodes, got {x.shape[0]} and {pos.shape[0]}"
+            )
         if x.shape[1] != self.in_dim or pos.shape[1] != self.pos_dim:
             raise ValueError(
                 f"x must be (N, {self.in_dim}) and pos (N, {self.pos_dim}), got {tuple(x.shape)} and {tuple(pos.shape)}"
@@ -574,11 +607,15 @@ class NoiseConditionedGNN(nn.Module):
 def _check_clouds(x1: Any, name: str = "x1") -> Tensor:
     x1 = _check_tensor(x1, name, 3)
     if x1.shape[0] < 1 or x1.shape[1] < 2 or x1.shape[2] < 1:
-        raise ValueError(f"{name} must have shape (B, N, D) with B >= 1, N >= 2, D >= 1, got {tuple(x1.shape)}")
+        raise ValueError(
+            f"{name} must have shape (B, N, D) with B >= 1, N >= 2, D >= 1, got {tuple(x1.shape)}"
+        )
     return x1
 
 
-def ncgn_flow_matching_loss(model: NoiseConditionedGNN, x1: Tensor, generator: torch.Generator | None = None) -> Tensor:
+def ncgn_flow_matching_loss(
+    model: NoiseConditionedGNN, x1: Tensor, generator: torch.Generator | None = None
+) -> Tensor:
     """Conditional flow-matching loss (σ = 0, linear path, torchcfm's convention) on clouds ``x1 [B, N, D]``.
 
     ``x0 ~ N(0, I)``, ``s ~ U(0, 1)`` per cloud, ``x_s = (1 − s)x0 + s x1``; the model sees ``x = pos = x_s``

@@ -133,7 +133,9 @@ def checks(setting: Setting) -> list[Check]:
         ),
         Check(
             f"MMD(DMP) - MMD_ref <= {MMD_EXCESS_RATIO:g} x (MMD(kNN) - MMD_ref)",
-            lambda m: m["mmd_dmp"] - m["mmd_ref"] <= MMD_EXCESS_RATIO * (m["baseline_mmd_knn"] - m["mmd_ref"]),
+            lambda m: (
+                m["mmd_dmp"] - m["mmd_ref"] <= MMD_EXCESS_RATIO * (m["baseline_mmd_knn"] - m["mmd_ref"])
+            ),
         ),
         Check(
             f"1-NNA(DMP) <= 1-NNA(kNN) + {NNA_SLACK:g}",
@@ -219,7 +221,9 @@ def receptive_field(model: NoiseConditionedGNN, pos: torch.Tensor, s: float) -> 
     return float(np.mean(fr))
 
 
-def edge_ratio(model: NoiseConditionedGNN, baseline: NoiseConditionedGNN, x1: torch.Tensor, seed: int) -> float:
+def edge_ratio(
+    model: NoiseConditionedGNN, baseline: NoiseConditionedGNN, x1: torch.Tensor, seed: int
+) -> float:
     """Max over :data:`S_GRID` of mean DMP coarse edges / mean kNN edges on noisy states of clouds ``x1``."""
     g = torch.Generator().manual_seed(seed)
     x0 = torch.randn(x1.shape, generator=g)
@@ -247,7 +251,9 @@ def make_model(setting: Setting, arm: str, seed: int) -> NoiseConditionedGNN:
         )  # fmt: skip
 
 
-def train_arm(setting: Setting, arm: str, train: torch.Tensor, seed: int) -> tuple[NoiseConditionedGNN, list[float]]:
+def train_arm(
+    setting: Setting, arm: str, train: torch.Tensor, seed: int
+) -> tuple[NoiseConditionedGNN, list[float]]:
     """Train one arm by flow matching; returns the model and its per-step losses."""
     model = make_model(setting, arm, seed)
     opt = torch.optim.Adam(model.parameters(), lr=setting.lr)
@@ -268,7 +274,9 @@ def _loss_drop(losses: list[float]) -> float:
     return float(np.mean(losses[:w]) - np.mean(losses[-w:]))
 
 
-def evaluate(setting: Setting, seed: int = 0, out_dir: str | Path | None = None, variant: str = "none") -> Report:
+def evaluate(
+    setting: Setting, seed: int = 0, out_dir: str | Path | None = None, variant: str = "none"
+) -> Report:
     """Measure every metric of :func:`checks`; ``variant="inverted"`` trains the inverted schedule as (A)."""
     t0 = time.perf_counter()
     clouds, _ = digit_clouds(setting.n_points, seed=0)
@@ -283,7 +291,9 @@ def evaluate(setting: Setting, seed: int = 0, out_dir: str | Path | None = None,
     if setting.n_eval:
         test_e = test[: setting.n_eval]
         tt = chamfer_matrix(test_e, test_e)
-        ref = train[torch.randperm(len(train), generator=torch.Generator().manual_seed(seed))[: setting.n_eval]]
+        ref = train[
+            torch.randperm(len(train), generator=torch.Generator().manual_seed(seed))[: setting.n_eval]
+        ]
         metrics["mmd_ref"], metrics["nna_ref"] = mmd_and_nna(ref, test_e, tt)
         blob = blob_clouds(train, setting.n_eval, seed + 5)
         metrics["mmd_blob"], metrics["nna_blob"] = mmd_and_nna(blob, test_e, tt)
@@ -294,7 +304,9 @@ def evaluate(setting: Setting, seed: int = 0, out_dir: str | Path | None = None,
         for key, arm in arms:
             model, losses = train_arm(setting, arm, train, sd)
             acc.setdefault(f"loss_drop_{key}", []).append(_loss_drop(losses))
-            acc.setdefault(f"final_loss_{key}", []).append(float(np.mean(losses[-max(1, len(losses) // 5) :])))
+            acc.setdefault(f"final_loss_{key}", []).append(
+                float(np.mean(losses[-max(1, len(losses) // 5) :]))
+            )
             if i == 0:
                 rf_pos = torch.randn(8, setting.n_points, 2, generator=torch.Generator().manual_seed(sd + 3))
                 metrics[f"rf_{key}_s0"] = receptive_field(model, rf_pos, 0.0)
@@ -309,7 +321,9 @@ def evaluate(setting: Setting, seed: int = 0, out_dir: str | Path | None = None,
                 )
                 metrics["dmp_equals_knn_s1"] = float(same)
                 metrics["dmp_mean_coarse_edges"] = float(
-                    np.mean([model.graph(train[0] * s + (1 - s) * rf_pos[0], s).num_coarse_edges for s in S_GRID])
+                    np.mean(
+                        [model.graph(train[0] * s + (1 - s) * rf_pos[0], s).num_coarse_edges for s in S_GRID]
+                    )
                 )
             if setting.n_eval:
                 gen = ncgn_sample(
@@ -355,7 +369,9 @@ def evaluate(setting: Setting, seed: int = 0, out_dir: str | Path | None = None,
     )
 
 
-def plot(out_dir: str | Path, setting: Setting, samples: dict, test: torch.Tensor, cloud: torch.Tensor) -> Path:
+def plot(
+    out_dir: str | Path, setting: Setting, samples: dict, test: torch.Tensor, cloud: torch.Tensor
+) -> Path:
     """Schedule (clusters and degree vs s) and generated clouds of each arm next to test clouds."""
     rows = [("test", test)] + [(k, v) for k, v in samples.items()]
     fig, axes = new_figure(len(rows) + 1, 6, figsize=(12, 2 * (len(rows) + 1)))
@@ -372,7 +388,9 @@ def plot(out_dir: str | Path, setting: Setting, samples: dict, test: torch.Tenso
         ax.scatter(cloud[:, 0], cloud[:, 1], c=g.cluster.numpy() % 10, cmap="tab10", s=4)
         e = g.edge_index_cg
         for a, b in zip(e[0].tolist(), e[1].tolist(), strict=True):
-            ax.plot(*zip(g.pos_cg[a].tolist(), g.pos_cg[b].tolist(), strict=True), color="k", lw=0.2, alpha=0.3)
+            ax.plot(
+                *zip(g.pos_cg[a].tolist(), g.pos_cg[b].tolist(), strict=True), color="k", lw=0.2, alpha=0.3
+            )
         ax.set_title(f"s={s:g}: {g.num_clusters} cl., {g.num_coarse_edges} edges", fontsize=7)
     for r, (name, clouds) in enumerate(rows, start=1):
         for j in range(6):
