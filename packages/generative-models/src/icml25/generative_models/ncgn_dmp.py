@@ -146,6 +146,12 @@ def _check_s(s: Any, n_graphs: int, name: str = "s") -> Tensor:
 
 
 # ------------------------------------------------------------------------------------------- schedules
+def _round_up(n: int, k: int, c: float) -> tuple[int, int]:
+    """``(⌈c⌉, ⌈kN/c⌉)`` from the unrounded count, with float error (≤ 1e-9) rounded away: ``c = N`` at s = 1."""
+    c = min(float(n), round(c, 9))
+    return math.ceil(c), math.ceil(round(k * n / c, 9))
+
+
 def dmp_schedule(
     kind: Literal["linear", "exp", "log", "relu"] = "exp",
     *,
@@ -181,11 +187,9 @@ def dmp_schedule(
             s = 1.0 - s
         c0 = math.sqrt(k * n)
         if kind == "exp":
-            c = min(float(n), (n - c0) * math.expm1(a * s) / math.expm1(a) + c0)  # min: float error at s = 1
-            return math.ceil(c), math.ceil(k * n / c)
+            return _round_up(n, k, (n - c0) * math.expm1(a * s) / math.expm1(a) + c0)
         if kind == "log":
-            c = min(float(n), (n - c0) * math.log1p(a * s) / math.log1p(a) + c0)
-            return math.ceil(c), math.ceil(k * n / c)
+            return _round_up(n, k, (n - c0) * math.log1p(a * s) / math.log1p(a) + c0)
         if kind == "linear":
             c = math.ceil((1 - s) * c0 + s * n)
         else:
