@@ -1275,9 +1275,13 @@ def _p31_specs() -> list[HostileSpec]:
     pos = torch.rand(24, 2, generator=g) * 2 - 1
     clouds = torch.rand(2, 12, 2, generator=g)
     one = "a constant cloud is valid: every point in one voxel, all distances 0 (ties to the lower index)"
-    elementwise = {"empty:0": "no timesteps: an empty result", "extra_dim": "elementwise: any shape",
-                   "missing_dim": "elementwise: a 0-d timestep", "constant": CONST_OK,
-                   "dtype": "integer timesteps are DDPM's usual form"}
+    elementwise = {
+        "empty:0": "no timesteps: an empty result",
+        "extra_dim": "elementwise: any shape",
+        "missing_dim": "elementwise: a 0-d timestep",
+        "constant": CONST_OK,
+        "dtype": "integer timesteps are DDPM's usual form",
+    }
     with isolated_rng(0):
         model = gm.NoiseConditionedGNN(2, 8, 2, n_layers=1, k=3).eval()
         layer = gm.DMPLayer(8, 2)
