@@ -1585,6 +1585,60 @@ def _p27_specs() -> list[HostileSpec]:
 
 
 SPECS += _p27_specs()
+# ---- P31 noise-conditioned graph networks / dynamic message passing --------------------------------------
+
+
+def _p31_specs() -> list[HostileSpec]:
+    """P31 NCGN: schedule, voxel clusters, kNN, DMP graph, layer, network, flow matching, time converters."""
+    from types import SimpleNamespace
+
+    g = torch.Generator().manual_seed(31)
+    pos = torch.rand(24, 2, generator=g) * 2 - 1
+    clouds = torch.rand(2, 12, 2, generator=g)
+    one = "a constant cloud is valid: every point in one voxel, all distances 0 (ties to the lower index)"
+    elementwise = {
+        "empty:0": "no timesteps: an empty result",
+        "extra_dim": "elementwise: any shape",
+        "missing_dim": "elementwise: a 0-d timestep",
+        "constant": CONST_OK,
+        "dtype": "integer timesteps are DDPM's usual form",
+    }
+    with isolated_rng(0):
+        model = gm.NoiseConditionedGNN(2, 8, 2, n_layers=1, k=3).eval()
+        layer = gm.DMPLayer(8, 2)
+    graph = gm.build_dmp_graph(pos, 0.2, 3)
+    xcg = torch.randn(graph.num_clusters, 8, generator=g)
+    sched = SimpleNamespace(config=SimpleNamespace(num_train_timesteps=1000))
+
+    def _graph(pos, s):
+        gr = gm.build_dmp_graph(pos, s, 3, "exp")
+        return gr.pos_cg, gr.edge_attr_cg, gr.member_attr
+
+    return [
+        HostileSpec("dmp_schedule", lambda curvature, split: gm.dmp_schedule("relu", curvature=curvature, split=split)(0.7, 4, 96),
+                    {"curvature": 10.0, "split": 0.6}, ("curvature", "split")),
+        HostileSpec("voxel_clusters", lambda pos: gm.voxel_clusters(pos, 9)[0], {"pos": pos}, ("pos",),
+                    {"constant": one}),
+        HostileSpec("knn_graph", lambda pos: gm.knn_graph(pos, 3), {"pos": pos}, ("pos",), {"constant": one}),
+        HostileSpec("build_dmp_graph", _graph, {"pos": pos, "s": torch.tensor(0.2)}, ("pos", "s"),
+                    {"constant": one, "s:extra_dim": "a (1,) s is one data-ness for the single graph"}),
+        HostileSpec("DMPLayer", lambda x: layer(x, xcg, pos, graph)[0].detach(), {"x": torch.randn(24, 8, generator=g)},
+                    ("x",), {"constant": CONST_OK}),
+        HostileSpec("NoiseConditionedGNN", lambda x, pos: model(x, pos, 0.3).detach(), {"x": pos.clone(), "pos": pos},
+                    ("x", "pos"), {"constant": one}),
+        HostileSpec("ncgn_flow_matching_loss",
+                    lambda x1: gm.ncgn_flow_matching_loss(model, x1, generator=torch.Generator().manual_seed(0)).detach(),
+                    {"x1": clouds}, ("x1",), {"constant": one}),
+        HostileSpec("ncgn_sample", lambda steps: gm.ncgn_sample(model, 2, 10, steps, generator=torch.Generator().manual_seed(0)),
+                    {"steps": 2}, ("steps",)),
+        HostileSpec("ddpm_timestep_to_s", lambda timestep: gm.ddpm_timestep_to_s(timestep, 1000),
+                    {"timestep": torch.tensor([999.0, 10.0])}, ("timestep",), elementwise),
+        HostileSpec("scheduler_timestep_to_s", lambda timestep: gm.scheduler_timestep_to_s(sched, timestep),
+                    {"timestep": torch.tensor([999.0, 10.0])}, ("timestep",), elementwise),
+    ]  # fmt: skip
+
+
+SPECS += _p31_specs()
 
 
 EXCLUDED = {
@@ -1604,6 +1658,7 @@ EXCLUDED = {
     "FacebookMAEAdapter": "wraps a user's models_mae module: exercised in test_visionts.py",
     "load_vit_mae": "loads a local transformers checkpoint directory: no arrays to corrupt",
     "MolJOSample": "a result container returned by moljo_sample / bfn_sample, not a user entry point",
+    "DMPGraph": "a result container built by build_dmp_graph, not a user entry point",
 }
 
 
