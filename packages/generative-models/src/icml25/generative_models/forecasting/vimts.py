@@ -67,6 +67,7 @@ _FINETUNE = {
     "bias": r"bias",
 }
 _NEG = -1e8
+_MAX_ABS = 1e6
 
 
 # ---------------------------------------------------------------------------------------- validation
@@ -161,6 +162,12 @@ def _check_batch(batch: Any, *, need_targets: bool) -> IMTSBatch:
     bad = ~torch.isfinite(v) & (m > 0)
     if bad.any():
         raise ValueError(f"batch.values must be finite where batch.mask is 1; got {int(bad.sum())} NaN/Inf observed values")
+    big = (v.abs() > _MAX_ABS) & (m > 0)
+    if big.any():
+        raise ValueError(
+            f"batch.values must be at most {_MAX_ABS:g} in magnitude (scale the data, e.g. to [0, 1] as t-PatchGNN "
+            f"does); got max |value| {float(v[m > 0].abs().max()):.3g}"
+        )
     qt = _tensor("batch.query_times", batch.query_times, (2, 3))
     if qt.shape[0] != B:
         raise ValueError(f"batch.query_times must have B = {B} rows (like values), got shape {tuple(qt.shape)}")
@@ -181,6 +188,8 @@ def _check_batch(batch: Any, *, need_targets: bool) -> IMTSBatch:
         bad = ~torch.isfinite(y) & (qm > 0)
         if bad.any():
             raise ValueError(f"batch.targets must be finite where batch.query_mask is 1; got {int(bad.sum())} NaN/Inf")
+        if ((y.abs() > _MAX_ABS) & (qm > 0)).any():
+            raise ValueError(f"batch.targets must be at most {_MAX_ABS:g} in magnitude (scale the data); got larger values")
         y = torch.where(qm > 0, y, torch.zeros_like(y))
     v = torch.where(m > 0, v, torch.zeros_like(v))
     return IMTSBatch(t, v, m, qt, qm, y)
@@ -238,6 +247,7 @@ def patchify_irregular(
 def query_patch_index(query_times: Tensor, start: float, stride: float, n_patches: int) -> Tensor:
     """Window index ``floor((q − start)/stride)`` of each query, clipped to ``[0, n_patches − 1]`` (long)."""
     st = _float("stride", stride)
+    _tensor("query_times", query_times, tuple(range(1, 6)))
     idx = torch.floor((query_times - _float("start", start, positive=False)) / st)
     return idx.clamp(0, _int("n_patches", n_patches) - 1).long()
 
@@ -491,6 +501,12 @@ class VIMTS(nn.Module):
             raise ValueError(
                 f"batch must have n_channels = {self.n_channels} channels (the model's per-channel embeddings), got {N}"
             )
+        out = ((b.times < 0) | (b.times >= self.history)) & (b.mask > 0)
+        if out.any():
+            raise ValueError(
+                f"batch.times of observed history values must lie in [0, history) = [0, {self.history:g}); got "
+                f"{int(out.sum())} outside"
+            )
         return b
 
     def tokens(self, batch: IMTSBatch) -> Tensor:
@@ -619,9 +635,18 @@ def imts_masked_mse(pred: Tensor, target: Tensor, mask: Tensor) -> Tensor:
     """
     if not all(isinstance(x, Tensor) for x in (pred, target, mask)):
         raise TypeError("pred, target and mask must be torch.Tensors")
+    for name, x in (("pred", pred), ("target", target)):
+        if not x.is_floating_point():
+            raise TypeError(f"{name} must be a float tensor, got dtype {x.dtype}")
     if pred.shape != target.shape or mask.shape != pred.shape:
         raise ValueError(f"pred, target and mask must share a shape, got {tuple(pred.shape)}, {tuple(target.shape)}, {tuple(mask.shape)}")
     m = mask.to(pred.dtype)
+    for name, x in (("pred", pred), ("target", target)):
+        x = torch.where(m > 0, x, torch.zeros_like(x))
+        if not torch.isfinite(x).all():
+            raise ValueError(f"{name} must be finite where mask is 1")
+        if (x.abs() > 1e18).any():
+            raise ValueError(f"{name} must be at most 1e18 in magnitude where mask is 1 (its square overflows)")
     diff = torch.where(m > 0, pred - torch.where(m > 0, target, torch.zeros_like(target)), torch.zeros_like(pred))
     se = (diff**2).reshape(-1, pred.shape[-1]).sum(0)
     cnt = m.reshape(-1, pred.shape[-1]).sum(0)
@@ -728,6 +753,8 @@ def imts_from_arrays(
         raise ValueError(f"X must be a non-empty (n, T, C) array, got shape {tuple(x.shape)}")
     if torch.isinf(x).any():
         raise ValueError(f"X must hold finite values or NaN (missing); got {int(torch.isinf(x).sum())} Inf values")
+    if (torch.nan_to_num(x).abs() > _MAX_ABS).any():
+        raise ValueError(f"X must be at most {_MAX_ABS:g} in magnitude (scale the data); got larger values")
     t = torch.as_tensor(np.asarray(times, dtype=np.float64))
     if t.dim() == 1:
         t = t[None].expand(x.shape[0], -1)
