@@ -45,7 +45,9 @@ def test_patchify_each_observation_in_exactly_one_window() -> None:
 
 def test_boundary_observation_goes_to_the_later_window_and_empty_windows_are_finite() -> None:
     t = torch.tensor([[[4.0], [7.9999]]])
-    b = V.IMTSBatch(t, torch.ones(1, 2, 1), torch.ones(1, 2, 1), torch.full((1, 1, 1), 30.0), torch.ones(1, 1, 1))
+    b = V.IMTSBatch(
+        t, torch.ones(1, 2, 1), torch.ones(1, 2, 1), torch.full((1, 1, 1), 30.0), torch.ones(1, 1, 1)
+    )
     p = V.patchify_irregular(b, 4.0, history=24.0)
     assert p.observed[0, 0].tolist() == [0, 1, 0, 0, 0, 0]
     assert p.mask[0, 0, 1].sum() == 2
@@ -113,7 +115,7 @@ def test_gcn_mixes_channels_and_nogcn_does_not() -> None:
 def test_ssl_keeps_round_m_times_one_minus_r_tokens(ratio: float) -> None:
     m = _model()
     _, mask = m._encode(V._check_batch(_batch(), need_targets=False), ratio, torch.Generator().manual_seed(0))
-    assert torch.equal((mask == 0).sum(1), torch.full((4 * N,), int(round(6 * (1 - ratio)))))
+    assert torch.equal((mask == 0).sum(1), torch.full((4 * N,), round(6 * (1 - ratio))))
 
 
 def test_set_finetune_norm_is_non_mae_plus_mae_layernorms() -> None:
@@ -160,7 +162,9 @@ def test_fit_vimts_trains_and_is_seeded() -> None:
     for _ in range(2):
         m = _model()
         h = V.fit_vimts(m, b, b, stage="ssl", steps=3, lr=1e-3, batch_size=4, eval_every=2, seed=1)
-        h2 = V.fit_vimts(m, b, None, stage="finetune", steps=3, lr=1e-3, batch_size=4, finetune_type="all", seed=2)
+        h2 = V.fit_vimts(
+            m, b, None, stage="finetune", steps=3, lr=1e-3, batch_size=4, finetune_type="all", seed=2
+        )
         out.append(h["train"] + h2["train"])
         assert len(h["val"]) == 2
     assert out[0] == out[1]
@@ -206,12 +210,12 @@ def test_bad_shapes_mask_and_nan() -> None:
         m.forecast(V.IMTSBatch(b.times[:, :9], b.values, b.mask, b.query_times, b.query_mask))
     bad = b.mask.clone()
     bad[0, 0, 0] = 0.5
-    with pytest.raises(ValueError, match="batch.mask must contain only 0/1 values, got 1 other"):
+    with pytest.raises(ValueError, match=r"batch.mask must contain only 0/1 values, got 1 other"):
         m.forecast(V.IMTSBatch(b.times, b.values, bad, b.query_times, b.query_mask))
     v = b.values.clone()
     i = torch.nonzero(b.mask > 0)[0]
     v[tuple(i)] = float("nan")
-    with pytest.raises(ValueError, match="batch.values must be finite where batch.mask is 1; got 1"):
+    with pytest.raises(ValueError, match=r"batch.values must be finite where batch.mask is 1; got 1"):
         m.forecast(V.IMTSBatch(b.times, v, b.mask, b.query_times, b.query_mask))
 
 
@@ -227,7 +231,9 @@ def test_channel_count_must_match_model() -> None:
 def test_mae_width_mismatch_is_type_error() -> None:
     mae = V._TorchViTMAE(dim=32, dec_dim=16)
     mae.decoder_embed = torch.nn.Linear(64, 16)
-    with pytest.raises(TypeError, match=r"encoder width \(32, cls token\) must match its decoder_embed input \(64\)"):
+    with pytest.raises(
+        TypeError, match=r"encoder width \(32, cls token\) must match its decoder_embed input \(64\)"
+    ):
         V.VIMTS(N, 24.0, 24.0, 4.0, mae=mae)
     with pytest.raises(TypeError, match="mae must be a ViT-MAE with a decoder"):
         V.VIMTS(N, 24.0, 24.0, 4.0, mae=torch.nn.Linear(2, 2))
@@ -239,10 +245,10 @@ def test_rejected_fit_keeps_state() -> None:
     before = kt.snapshot_state(m)
     v = b.values.clone()
     v[b.mask > 0] = float("nan")
-    with pytest.raises(ValueError, match="batch.values must be finite"):
+    with pytest.raises(ValueError, match=r"batch.values must be finite"):
         V.fit_vimts(m, V.IMTSBatch(b.times, v, b.mask, b.query_times, b.query_mask, b.targets), None,
                     stage="finetune", steps=2)  # fmt: skip
-    with pytest.raises(ValueError, match="batch.targets must be given"):
+    with pytest.raises(ValueError, match=r"batch.targets must be given"):
         V.fit_vimts(m, V.IMTSBatch(b.times, b.values, b.mask, b.query_times, b.query_mask), None,
                     stage="finetune", steps=2)  # fmt: skip
     assert kt.states_equal(before, kt.snapshot_state(m))
@@ -256,11 +262,19 @@ def test_converters_pypots_arrays_and_long_format() -> None:
     b = V.imts_from_arrays(X, times, history=3.0, horizon=3.0)
     assert float(b.mask.sum()) == 3 and float(b.query_mask.sum()) == 2
     assert float(torch.where(b.query_mask > 0, b.targets, 0.0).sum()) == 7.0
-    rows = [(i, t, c, X[i, int(t), c]) for i in range(2) for t in times for c in range(2) if not np.isnan(X[i, int(t), c])]
+    rows = [
+        (i, t, c, X[i, int(t), c])
+        for i in range(2)
+        for t in times
+        for c in range(2)
+        if not np.isnan(X[i, int(t), c])
+    ]
     df = {k: np.asarray(v) for k, v in zip(("id", "time", "channel", "value"), zip(*rows))}  # or a DataFrame
     df["channel"] = df["channel"].astype(int)
     b2 = V.imts_from_long(df, 2, 3.0, 3.0)
-    assert float(b2.mask.sum()) == 3 and float((b2.values * b2.mask).sum()) == float((b.values * b.mask).sum())
+    assert float(b2.mask.sum()) == 3 and float((b2.values * b2.mask).sum()) == float(
+        (b.values * b.mask).sum()
+    )
     assert torch.isfinite(V.VIMTS(2, 3.0, 3.0, 1.0, hid_dim=4, gcn_layers=1, seed=0).forecast(b2)).all()
     with pytest.raises(ValueError, match=r"df\['channel'\] must hold integers in \[0, 2\)"):
         V.imts_from_long({**df, "channel": df["channel"] + 5}, 2, 3.0, 3.0)

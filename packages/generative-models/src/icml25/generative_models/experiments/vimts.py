@@ -37,14 +37,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from icml25.generative_models.forecasting.visionts import small_vit_mae
 from icml25.generative_models.forecasting.vimts import VIMTS, IMTSBatch, fit_vimts, imts_masked_mse
+from icml25.generative_models.forecasting.visionts import small_vit_mae
 from icml25.kernels.experiment import (
     Check,
     Report,
     experiment_main,
     new_figure,
-    progress,
     save_figure,
     seed_everything,
     threshold_text,
@@ -149,7 +148,9 @@ def synthetic_imts(n: int, seed: int, n_channels: int = 8, obs_rate: float = 0.2
     grid = np.arange(48, dtype=np.float64)
     obs = g.random((n, 48, n_channels)) < obs_rate
     jitter = g.random((n, 48, n_channels))
-    t_all = grid[None, :, None] + np.where(grid[None, :, None] < HISTORY, jitter, 1.0 - jitter)  # future in (k, k+1]
+    t_all = grid[None, :, None] + np.where(
+        grid[None, :, None] < HISTORY, jitter, 1.0 - jitter
+    )  # future in (k, k+1]
     t_all = np.minimum(t_all, 48.0)
     hist_t = np.where(grid[None, :, None] < HISTORY, t_all, np.nan)
     hist_t = np.minimum(hist_t, HISTORY - 1e-3)
@@ -225,8 +226,14 @@ class BlindTTCN(VIMTS):
 def make_model(setting: Setting, seed: int, use_gcn: bool = True, broken: bool = False) -> VIMTS:
     """The CPU-scale VIMTS of the reproduction (tiny HF ViTMAE from P25's :func:`small_vit_mae`)."""
     cls = BlindTTCN if broken else VIMTS
-    mae = small_vit_mae(hidden_size=setting.mae_width, num_layers=setting.mae_depth, num_heads=4,
-                        decoder_hidden_size=setting.mae_width, decoder_layers=setting.decoder_depth, seed=seed)
+    mae = small_vit_mae(
+        hidden_size=setting.mae_width,
+        num_layers=setting.mae_depth,
+        num_heads=4,
+        decoder_hidden_size=setting.mae_width,
+        decoder_layers=setting.decoder_depth,
+        seed=seed,
+    )
     return cls(8, HISTORY, HORIZON, WINDOW, mae=mae, hid_dim=16, te_dim=5, node_dim=5, gcn_layers=2,
                use_gcn=use_gcn, seed=seed)  # fmt: skip
 
@@ -235,10 +242,17 @@ def train(model: VIMTS, data: IMTSBatch, val: IMTSBatch | None, setting: Setting
           ssl: bool = True) -> dict[str, list[float]]:  # fmt: skip
     """SSL (optional) then fine-tuning ``"all"`` under ``setting``'s budget."""
     out: dict[str, list[float]] = {"ssl": []}
-    kw = {"lr": setting.lr, "batch_size": setting.batch_size, "cosine": setting.cosine, "eval_every": 100,
-          "patience": 1000}
+    kw = {
+        "lr": setting.lr,
+        "batch_size": setting.batch_size,
+        "cosine": setting.cosine,
+        "eval_every": 100,
+        "patience": 1000,
+    }
     if ssl and setting.ssl_steps:
-        out["ssl"] = fit_vimts(model, data, val, stage="ssl", steps=setting.ssl_steps, seed=seed, **kw)["train"]
+        out["ssl"] = fit_vimts(model, data, val, stage="ssl", steps=setting.ssl_steps, seed=seed, **kw)[
+            "train"
+        ]
     out["finetune"] = fit_vimts(model, data, val, stage="finetune", steps=setting.finetune_steps,
                                 finetune_type="all", seed=seed + 1, **kw)["train"]  # fmt: skip
     return out
@@ -254,7 +268,9 @@ def _mse(pred: torch.Tensor, b: IMTSBatch, channels: Sequence[int] | None = None
 
 
 # ---------------------------------------------------------------------------------------------- run
-def evaluate(setting: Setting, seed: int = 0, out_dir: str | Path | None = None, broken: bool = False) -> Report:
+def evaluate(
+    setting: Setting, seed: int = 0, out_dir: str | Path | None = None, broken: bool = False
+) -> Report:
     """Train and evaluate under ``setting`` (``broken``: the blind-TTCN variant)."""
     t0 = time.perf_counter()
     blind_ch = list(range(setting.blind_channels))
@@ -264,7 +280,10 @@ def evaluate(setting: Setting, seed: int = 0, out_dir: str | Path | None = None,
         model = make_model(setting, seed, broken=broken)
         hist = train(model, data, None, setting, seed)
         w = max(1, len(hist["ssl"]) // 5)
-        m["ssl_loss_first"], m["ssl_loss_last"] = float(np.mean(hist["ssl"][:w])), float(np.mean(hist["ssl"][-w:]))
+        m["ssl_loss_first"], m["ssl_loss_last"] = (
+            float(np.mean(hist["ssl"][:w])),
+            float(np.mean(hist["ssl"][-w:])),
+        )
         with torch.no_grad():
             m["vimts_mse"] = _mse(model.forecast(data), data)
             m["blind_finite"] = float(torch.isfinite(model.forecast(blind(data, blind_ch))).all())
@@ -275,11 +294,18 @@ def evaluate(setting: Setting, seed: int = 0, out_dir: str | Path | None = None,
         data, info = synthetic_imts(setting.n_samples, seed)
         n = len(data)
         n_tr, n_va = int(0.7 * n), int(0.1 * n)
-        tr, va, test = data.index(slice(0, n_tr)), data.index(slice(n_tr, n_tr + n_va)), data.index(slice(n_tr + n_va, n))
+        tr, va, test = (
+            data.index(slice(0, n_tr)),
+            data.index(slice(n_tr, n_tr + n_va)),
+            data.index(slice(n_tr + n_va, n)),
+        )
         model = make_model(setting, seed, broken=broken)
         hist = train(model, tr, va, setting, seed)
         w = max(1, len(hist["ssl"]) // 5)
-        m["ssl_loss_first"], m["ssl_loss_last"] = float(np.mean(hist["ssl"][:w])), float(np.mean(hist["ssl"][-w:]))
+        m["ssl_loss_first"], m["ssl_loss_last"] = (
+            float(np.mean(hist["ssl"][:w])),
+            float(np.mean(hist["ssl"][-w:])),
+        )
         nogcn = make_model(setting, seed, use_gcn=False)
         train(nogcn, tr, va, setting, seed)
         tb = blind(test, blind_ch)

@@ -38,18 +38,17 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from icml25.kernels.rng import isolated_rng, make_generator
 
 __all__ = [
+    "TTCN",
+    "VIMTS",
     "AdaptiveGCN",
     "IMTSBatch",
     "LearnableTimeEmbedding",
     "PatchedIMTS",
-    "TTCN",
-    "VIMTS",
     "fit_vimts",
     "imts_from_arrays",
     "imts_from_long",
@@ -95,7 +94,9 @@ def _tensor(name: str, x: Any, dim: int | tuple[int, ...], *, finite: bool = Tru
         raise TypeError(f"{name} must be a float tensor, got dtype {x.dtype}")
     dims = (dim,) if isinstance(dim, int) else dim
     if x.dim() not in dims:
-        raise ValueError(f"{name} must have {' or '.join(map(str, dims))} dimensions, got shape {tuple(x.shape)}")
+        raise ValueError(
+            f"{name} must have {' or '.join(map(str, dims))} dimensions, got shape {tuple(x.shape)}"
+        )
     if any(s == 0 for s in x.shape):
         raise ValueError(f"{name} must be non-empty, got shape {tuple(x.shape)}")
     if finite and not torch.isfinite(x).all():
@@ -158,10 +159,14 @@ def _check_batch(batch: Any, *, need_targets: bool) -> IMTSBatch:
     if t.dim() == 2:
         t = t[..., None].expand(-1, -1, N)
     if tuple(t.shape) != (B, L, N):
-        raise ValueError(f"batch.times must have shape {(B, L, N)} or {(B, L)} (like values), got {tuple(batch.times.shape)}")
+        raise ValueError(
+            f"batch.times must have shape {(B, L, N)} or {(B, L)} (like values), got {tuple(batch.times.shape)}"
+        )
     bad = ~torch.isfinite(v) & (m > 0)
     if bad.any():
-        raise ValueError(f"batch.values must be finite where batch.mask is 1; got {int(bad.sum())} NaN/Inf observed values")
+        raise ValueError(
+            f"batch.values must be finite where batch.mask is 1; got {int(bad.sum())} NaN/Inf observed values"
+        )
     big = (v.abs() > _MAX_ABS) & (m > 0)
     if big.any():
         raise ValueError(
@@ -170,12 +175,16 @@ def _check_batch(batch: Any, *, need_targets: bool) -> IMTSBatch:
         )
     qt = _tensor("batch.query_times", batch.query_times, (2, 3))
     if qt.shape[0] != B:
-        raise ValueError(f"batch.query_times must have B = {B} rows (like values), got shape {tuple(qt.shape)}")
+        raise ValueError(
+            f"batch.query_times must have B = {B} rows (like values), got shape {tuple(qt.shape)}"
+        )
     if qt.dim() == 2:
         qt = qt[..., None].expand(-1, -1, N)
     Q = qt.shape[1]
     if tuple(qt.shape) != (B, Q, N):
-        raise ValueError(f"batch.query_times must have shape {(B, Q, N)} or {(B, Q)}, got {tuple(batch.query_times.shape)}")
+        raise ValueError(
+            f"batch.query_times must have shape {(B, Q, N)} or {(B, Q)}, got {tuple(batch.query_times.shape)}"
+        )
     qm = _mask01("batch.query_mask", batch.query_mask, (B, Q, N))
     y = batch.targets
     if y is None:
@@ -184,12 +193,18 @@ def _check_batch(batch: Any, *, need_targets: bool) -> IMTSBatch:
     else:
         y = _tensor("batch.targets", y, 3, finite=False)
         if tuple(y.shape) != (B, Q, N):
-            raise ValueError(f"batch.targets must have shape {(B, Q, N)} (like query_times), got {tuple(y.shape)}")
+            raise ValueError(
+                f"batch.targets must have shape {(B, Q, N)} (like query_times), got {tuple(y.shape)}"
+            )
         bad = ~torch.isfinite(y) & (qm > 0)
         if bad.any():
-            raise ValueError(f"batch.targets must be finite where batch.query_mask is 1; got {int(bad.sum())} NaN/Inf")
+            raise ValueError(
+                f"batch.targets must be finite where batch.query_mask is 1; got {int(bad.sum())} NaN/Inf"
+            )
         if ((y.abs() > _MAX_ABS) & (qm > 0)).any():
-            raise ValueError(f"batch.targets must be at most {_MAX_ABS:g} in magnitude (scale the data); got larger values")
+            raise ValueError(
+                f"batch.targets must be at most {_MAX_ABS:g} in magnitude (scale the data); got larger values"
+            )
         y = torch.where(qm > 0, y, torch.zeros_like(y))
     v = torch.where(m > 0, v, torch.zeros_like(v))
     return IMTSBatch(t, v, m, qt, qm, y)
@@ -214,7 +229,11 @@ def n_windows(span: float, window: float, stride: float) -> int:
 
 
 def patchify_irregular(
-    batch: IMTSBatch, window: float, stride: float | None = None, t0: float = 0.0, history: float | None = None
+    batch: IMTSBatch,
+    window: float,
+    stride: float | None = None,
+    t0: float = 0.0,
+    history: float | None = None,
 ) -> PatchedIMTS:
     """Group history observations into ``M`` half-open windows ``[t0 + m·stride, t0 + m·stride + window)``.
 
@@ -308,15 +327,23 @@ class AdaptiveGCN(nn.Module):
                  *, seed: int | None = None) -> None:  # fmt: skip
         super().__init__()
         self.N, self.H = _int("n_channels", n_channels), _int("hid_dim", hid_dim)
-        self.k, self.n_layers, self.hop = _int("node_dim", node_dim), _int("n_layers", n_layers), _int("hop", hop)
+        self.k, self.n_layers, self.hop = (
+            _int("node_dim", node_dim),
+            _int("n_layers", n_layers),
+            _int("hop", hop),
+        )
         g = make_generator(0 if seed is None else seed)
         self.nodevec1 = nn.Parameter(torch.randn(self.N, self.k, generator=g))
         self.nodevec2 = nn.Parameter(torch.randn(self.k, self.N, generator=g))
         H, k = self.H, self.k
         self.lin1 = nn.ModuleList(nn.Linear(H, k) for _ in range(n_layers))
         self.lin2 = nn.ModuleList(nn.Linear(H, k) for _ in range(n_layers))
-        self.gate1 = nn.ModuleList(nn.Sequential(nn.Linear(H + k, 1), nn.Tanh(), nn.ReLU()) for _ in range(n_layers))
-        self.gate2 = nn.ModuleList(nn.Sequential(nn.Linear(H + k, 1), nn.Tanh(), nn.ReLU()) for _ in range(n_layers))
+        self.gate1 = nn.ModuleList(
+            nn.Sequential(nn.Linear(H + k, 1), nn.Tanh(), nn.ReLU()) for _ in range(n_layers)
+        )
+        self.gate2 = nn.ModuleList(
+            nn.Sequential(nn.Linear(H + k, 1), nn.Tanh(), nn.ReLU()) for _ in range(n_layers)
+        )
         self.mix = nn.ModuleList(nn.Linear((hop + 1) * H, H) for _ in range(n_layers))
 
     def adjacency(self, h: Tensor, layer: int = 0) -> Tensor:
@@ -359,7 +386,9 @@ class _TorchBlock(nn.Module):
 class _TorchViTMAE(nn.Module):
     """A small ``models_mae``-style ViT-MAE in plain torch (used when ``mae=None``)."""
 
-    def __init__(self, dim: int = 64, depth: int = 4, heads: int = 4, dec_dim: int = 64, dec_depth: int = 2) -> None:
+    def __init__(
+        self, dim: int = 64, depth: int = 4, heads: int = 4, dec_dim: int = 64, dec_depth: int = 2
+    ) -> None:
         super().__init__()
         self.cls_token = nn.Parameter(torch.zeros(1, 1, dim).normal_(std=0.02))
         self.blocks = nn.ModuleList(_TorchBlock(dim, heads) for _ in range(depth))
@@ -527,7 +556,7 @@ class VIMTS(nn.Module):
         x = self.mae.patch_embed(h).reshape(B * N, M, -1) + self.mae.pos_embed[:, 1:]
         keep_idx = restore = None
         if mask_ratio is not None:
-            n_keep = int(round(M * (1 - mask_ratio)))
+            n_keep = round(M * (1 - mask_ratio))
             noise = torch.rand(B * N, M, generator=generator).to(x.device)
             shuffle = torch.argsort(noise, dim=1)
             restore = torch.argsort(shuffle, dim=1)
@@ -593,7 +622,7 @@ class VIMTS(nn.Module):
             raise ValueError(f"mask_ratio must be in [0, 1), got {mask_ratio}")
         b = self._check(batch, need_targets=False)
         latent, mask = self._encode(b, r, make_generator(seed, generator))
-        B, L, N = b.values.shape
+        B, _, N = b.values.shape
         patch = query_patch_index(b.times, 0.0, self.stride, self.M)  # (B, L, N)
         pred = self._readout(latent, b.times, patch)
         masked = torch.gather(mask.reshape(B, N, self.M), 2, patch.permute(0, 2, 1)).permute(0, 2, 1)
@@ -639,15 +668,21 @@ def imts_masked_mse(pred: Tensor, target: Tensor, mask: Tensor) -> Tensor:
         if not x.is_floating_point():
             raise TypeError(f"{name} must be a float tensor, got dtype {x.dtype}")
     if pred.shape != target.shape or mask.shape != pred.shape:
-        raise ValueError(f"pred, target and mask must share a shape, got {tuple(pred.shape)}, {tuple(target.shape)}, {tuple(mask.shape)}")
+        raise ValueError(
+            f"pred, target and mask must share a shape, got {tuple(pred.shape)}, {tuple(target.shape)}, {tuple(mask.shape)}"
+        )
     m = mask.to(pred.dtype)
     for name, x in (("pred", pred), ("target", target)):
         x = torch.where(m > 0, x, torch.zeros_like(x))
         if not torch.isfinite(x).all():
             raise ValueError(f"{name} must be finite where mask is 1")
         if (x.abs() > 1e18).any():
-            raise ValueError(f"{name} must be at most 1e18 in magnitude where mask is 1 (its square overflows)")
-    diff = torch.where(m > 0, pred - torch.where(m > 0, target, torch.zeros_like(target)), torch.zeros_like(pred))
+            raise ValueError(
+                f"{name} must be at most 1e18 in magnitude where mask is 1 (its square overflows)"
+            )
+    diff = torch.where(
+        m > 0, pred - torch.where(m > 0, target, torch.zeros_like(target)), torch.zeros_like(pred)
+    )
     se = (diff**2).reshape(-1, pred.shape[-1]).sum(0)
     cnt = m.reshape(-1, pred.shape[-1]).sum(0)
     has = cnt > 0
@@ -742,9 +777,7 @@ def fit_vimts(
 
 
 # -------------------------------------------------------------------------------------- converters
-def imts_from_arrays(
-    X: Any, times: Any, history: float, horizon: float
-) -> IMTSBatch:
+def imts_from_arrays(X: Any, times: Any, history: float, horizon: float) -> IMTSBatch:
     """A batch from PyPOTS-style NaN-masked arrays: ``X`` ``(n, T, C)`` (NaN = missing) at ``times`` ``(T,)`` or
     ``(n, T)``; observations with ``t < history`` form the history, ``history < t <= history + horizon`` the
     queries/targets (``targets`` keep NaN where missing, ``query_mask`` 0 there)."""
@@ -752,14 +785,18 @@ def imts_from_arrays(
     if x.dim() != 3 or any(s == 0 for s in x.shape):
         raise ValueError(f"X must be a non-empty (n, T, C) array, got shape {tuple(x.shape)}")
     if torch.isinf(x).any():
-        raise ValueError(f"X must hold finite values or NaN (missing); got {int(torch.isinf(x).sum())} Inf values")
+        raise ValueError(
+            f"X must hold finite values or NaN (missing); got {int(torch.isinf(x).sum())} Inf values"
+        )
     if (torch.nan_to_num(x).abs() > _MAX_ABS).any():
         raise ValueError(f"X must be at most {_MAX_ABS:g} in magnitude (scale the data); got larger values")
     t = torch.as_tensor(np.asarray(times, dtype=np.float64))
     if t.dim() == 1:
         t = t[None].expand(x.shape[0], -1)
     if tuple(t.shape) != tuple(x.shape[:2]):
-        raise ValueError(f"times must have shape (T,) = ({x.shape[1]},) or (n, T) = {tuple(x.shape[:2])}, got {tuple(t.shape)}")
+        raise ValueError(
+            f"times must have shape (T,) = ({x.shape[1]},) or (n, T) = {tuple(x.shape[:2])}, got {tuple(t.shape)}"
+        )
     if not torch.isfinite(t).all():
         raise ValueError("times must be finite")
     h, f = _float("history", history), _float("horizon", horizon)
@@ -769,7 +806,9 @@ def imts_from_arrays(
     Lh = int((t < h).sum(1).max())
     Lf = int(((t > h) & (t <= h + f)).sum(1).max())
     if Lh == 0 or Lf == 0:
-        raise ValueError(f"times must have points before history={h:g} and in ({h:g}, {h + f:g}]; got {Lh} and {Lf}")
+        raise ValueError(
+            f"times must have points before history={h:g} and in ({h:g}, {h + f:g}]; got {Lh} and {Lf}"
+        )
 
     def take(sel: Tensor, L: int) -> tuple[Tensor, Tensor, Tensor]:
         order = torch.sort((~sel[..., 0]).to(torch.int8), dim=1, stable=True).indices[:, :L]
@@ -792,13 +831,17 @@ def imts_from_long(df: Any, n_channels: int, history: float, horizon: float, *, 
     try:
         cols = {c: np.asarray(df[c]) for c in (id_col, time_col, channel_col, value_col)}
     except (KeyError, TypeError) as exc:
-        raise ValueError(f"df must have columns {id_col!r}, {time_col!r}, {channel_col!r}, {value_col!r}") from exc
+        raise ValueError(
+            f"df must have columns {id_col!r}, {time_col!r}, {channel_col!r}, {value_col!r}"
+        ) from exc
     ids, tt = cols[id_col], cols[time_col].astype(np.float64)
     ch, vv = cols[channel_col], cols[value_col].astype(np.float64)
     if len(ids) == 0:
         raise ValueError("df must have at least one row, got 0")
     if not np.issubdtype(ch.dtype, np.integer) or ch.min() < 0 or ch.max() >= N:
-        raise ValueError(f"df[{channel_col!r}] must hold integers in [0, {N}), got {ch.dtype} in [{ch.min()}, {ch.max()}]")
+        raise ValueError(
+            f"df[{channel_col!r}] must hold integers in [0, {N}), got {ch.dtype} in [{ch.min()}, {ch.max()}]"
+        )
     if not (np.isfinite(tt).all() and np.isfinite(vv).all()):
         raise ValueError(f"df[{time_col!r}] and df[{value_col!r}] must be finite")
     uid = list(dict.fromkeys(ids.tolist()))
