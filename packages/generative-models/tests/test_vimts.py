@@ -300,7 +300,7 @@ def test_hf_vit_mae_blocks_are_the_backbone() -> None:
 
 
 # ------------------------------------------------------------------------------------ reproduction
-def test_quick_reproduction_and_broken_variant() -> None:
+def test_quick_reproduction_passes() -> None:
     pytest.importorskip("transformers")
     from icml25.generative_models.experiments import vimts as E
 
@@ -308,6 +308,14 @@ def test_quick_reproduction_and_broken_variant() -> None:
     assert rep.threshold == E.threshold(True)
     assert rep.passed is True, rep.metrics
     assert rep.metrics["vimts_mse"] < 0.5 * rep.metrics["history_mean_mse"]
+    assert rep.metrics["ssl_loss_last"] < rep.metrics["ssl_loss_first"]
+
+
+def test_broken_variant_blind_ttcn_fails_the_quick_gate() -> None:
+    pytest.importorskip("transformers")
+    from icml25.generative_models.experiments import vimts as E
+
     broken = E.evaluate(E.QUICK, seed=0, broken=True)
     assert broken.passed is False
     assert broken.checks[E.checks(E.QUICK)[0].name] is False
+    assert broken.metrics["vimts_mse"] > 0.8 * broken.metrics["history_mean_mse"]
