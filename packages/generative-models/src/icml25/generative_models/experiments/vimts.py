@@ -11,7 +11,7 @@ machinery is. Data: synthetic IMTS, ``N = 8`` channels = fixed channel loadings 
 (periods 12 h and 7 h, random phase/amplitude per sample) + noise σ = 0.1; each channel observed at ~25% of
 a 1-h grid over 48 h, jittered within the hour (unaligned across channels). History ``[0, 24)``, forecast
 ``(24, 48]``, window 4 h → M = P = 6. Model: a tiny ``transformers`` ViTMAE (P25's :func:`small_vit_mae`:
-width 32, 2 encoder + 1 decoder blocks, 4 heads; the brief's 64-wide 4+2 costs ~3x per step), hid 16,
+width 32, 2 encoder + 1 decoder blocks, 4 heads; the planned 64-wide 4+2 costs ~3x per step), hid 16,
 te 5, node 5, 2 GCN layers.
 
 * Full (gated): SSL 600 steps (mask 0.6) then fine-tune 1,500 steps (``"all"``: a random-init MAE), Adam
@@ -66,26 +66,26 @@ class Setting:
     """One reproduction scale."""
 
     n_samples: int
-    """Synthetic IMTS samples (brief 1,500; ours 1,000, 70/10/20 split; quick 32, all training)."""
+    """Synthetic IMTS samples (planned 1,500; ours 1,000, 70/10/20 split; quick 32, all training)."""
     ssl_steps: int
-    """Masked-window SSL steps (paper: epochs with early stopping; second review 600; quick 30)."""
+    """Masked-window SSL steps (paper: epochs with early stopping; planned 600; quick 30)."""
     finetune_steps: int
-    """Fine-tuning steps (second review 1,500; quick 400, overfitting the 32 samples)."""
+    """Fine-tuning steps (planned 1,500; quick 400, overfitting the 32 samples)."""
     lr: float = 3e-3
-    """Adam lr (paper 1e-4 with a pretrained MAE, second review 1e-3; ours 3e-3: a random-init MAE learns
+    """Adam lr (paper 1e-4 with a pretrained MAE, planned 1e-3; ours 3e-3: a random-init MAE learns
     too slowly at 1e-3 within the CPU step budget)."""
     cosine: bool = True
-    """Cosine decay of the lr (second review; quick: constant)."""
+    """Cosine decay of the lr (as planned; quick: constant)."""
     batch_size: int = 16
     """Mini-batch of samples, each N = 8 channel sequences (paper 32 on PhysioNet; 16 for the CPU budget)."""
     mae_width: int = 32
-    """ViT-MAE width (MAE-Base 768, brief's tiny 64; ours 32: the 64-wide 4+2-block MAE costs ~3x per step)."""
+    """ViT-MAE width (MAE-Base 768, planned tiny 64; ours 32: the 64-wide 4+2-block MAE costs ~3x per step)."""
     mae_depth: int = 2
-    """Encoder blocks (Base 12, brief 4; ours 2)."""
+    """Encoder blocks (Base 12, planned 4; ours 2)."""
     decoder_depth: int = 1
-    """Decoder blocks (Base 8, brief 2; ours 1)."""
+    """Decoder blocks (Base 8, planned 2; ours 1)."""
     blind_channels: int = 3
-    """Channels whose whole history is deleted in the blind-channel test (brief 3)."""
+    """Channels whose whole history is deleted in the blind-channel test (planned 3)."""
     few_shot: float = 0.1
     """Label fraction of the report-only few-shot comparison (paper 10/20/50%)."""
     fewshot_steps: int = 500
