@@ -300,11 +300,13 @@ def test_hf_vit_mae_blocks_are_the_backbone() -> None:
 
 
 # ------------------------------------------------------------------------------------ reproduction
-def test_quick_reproduction_passes() -> None:
+def test_quick_reproduction_passes(tmp_path) -> None:
     pytest.importorskip("transformers")
+    pytest.importorskip("matplotlib")
     from icml25.generative_models.experiments import vimts as E
 
-    rep = E.run(quick=True, seed=0)
+    rep = E.run(quick=True, seed=0, out_dir=tmp_path)
+    assert [p.name for p in rep.figures] == ["p35_vimts_forecast.png"] and rep.figures[0].exists()
     assert rep.threshold == E.threshold(True)
     assert rep.passed is True, rep.metrics
     assert rep.metrics["vimts_mse"] < 0.5 * rep.metrics["history_mean_mse"]
