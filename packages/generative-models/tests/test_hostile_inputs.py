@@ -1639,6 +1639,69 @@ def _p31_specs() -> list[HostileSpec]:
 
 
 SPECS += _p31_specs()
+# ---- P35 VIMTS -----------------------------------------------------------------------------------------
+
+P35_CONST = "a constant series is valid data: the forecast is finite"
+
+
+def _p35_batch(values: torch.Tensor | None = None, times: torch.Tensor | None = None,
+               query_times: torch.Tensor | None = None, targets: torch.Tensor | None = None) -> gm.IMTSBatch:  # fmt: skip
+    g = torch.Generator().manual_seed(3)
+    t = torch.rand(2, 5, 3, generator=g) * 24 if times is None else times
+    v = torch.randn(2, 5, 3, generator=g) if values is None else values
+    qt = 24.5 + torch.rand(2, 4, 3, generator=g) * 23 if query_times is None else query_times
+    y = torch.randn(2, 4, 3, generator=g) if targets is None else targets
+    return gm.IMTSBatch(t, v, torch.ones(v.shape), qt, torch.ones(2, 4, 3), y)
+
+
+def _p35_model() -> gm.VIMTS:
+    return gm.VIMTS(3, 24.0, 24.0, 4.0, hid_dim=8, gcn_layers=1, seed=0)
+
+
+def _p35_fit():
+    model = _p35_model()
+    fn = lambda values, targets: gm.fit_vimts(  # noqa: E731
+        model, _p35_batch(values, targets=targets), None, stage="finetune", steps=1, batch_size=2
+    )
+    b = _p35_batch()
+    return fn, {"values": b.values, "targets": b.targets}, model
+
+
+def _p35_specs() -> list[HostileSpec]:
+    model = _p35_model()
+    b = _p35_batch()
+    X = np.where(np.random.default_rng(0).random((2, 8, 2)) < 0.5, np.nan, 1.0)
+    X[:, 0], X[:, 5] = 1.0, 2.0
+    return [
+        HostileSpec("VIMTS.forecast", lambda values, times, query_times: model.forecast(_p35_batch(values, times, query_times)),
+                    {"values": b.values, "times": b.times, "query_times": b.query_times}, ("values", "times", "query_times"),
+                    allow={"constant": P35_CONST, "times:missing_dim": "(B, L) times are shared by the channels",
+                           "query_times:missing_dim": "(B, Q) query times are shared by the channels"},
+                    covers=("VIMTS", "IMTSBatch", "TTCN", "AdaptiveGCN", "LearnableTimeEmbedding")),
+        HostileSpec("fit_vimts", setup=_p35_fit, arrays=("values", "targets"), allow={"constant": P35_CONST}),
+        HostileSpec("patchify_irregular", lambda values, window: tuple(
+                    vars(gm.patchify_irregular(_p35_batch(values), window, history=24.0)).values()),
+                    {"values": b.values, "window": 4.0}, ("values", "window"),
+                    allow={"constant": "constant values are grouped like any others",
+                           "huge": "grouping only moves values: huge ones come back unchanged"},
+                    covers=("patchify_irregular", "PatchedIMTS")),
+        HostileSpec("query_patch_index", lambda query_times: gm.query_patch_index(query_times, 24.0, 4.0, 6),
+                    {"query_times": b.query_times}, ("query_times",),
+                    allow={"constant": "one window for every query", "huge": "clipped to the last window",
+                           "extra_dim": "elementwise: any shape", "missing_dim": "elementwise: any shape"}),
+        HostileSpec("imts_masked_mse", lambda pred, target: gm.imts_masked_mse(pred, target, torch.ones(2, 4, 3)),
+                    {"pred": b.targets, "target": b.targets * 0.5}, ("pred", "target"),
+                    allow={"constant": "a constant prediction has a finite error"}),
+        HostileSpec("imts_from_arrays", lambda X: gm.imts_from_arrays(X, np.arange(8.0), 4.0, 4.0).values,
+                    {"X": X}, ("X",), allow={"nan": "NaN marks a missing value (the PyPOTS convention)",
+                                             "constant": "a constant series is valid data",
+                                             "dtype": "any real array is converted to float (PyPOTS arrays are numpy)"}),
+        HostileSpec("seq_sincos_pos_embed", lambda dim, n: gm.seq_sincos_pos_embed(dim, n, rows=2),
+                    {"dim": 8, "n": 6}, ("dim", "n")),
+    ]  # fmt: skip
+
+
+SPECS += _p35_specs()
 
 
 EXCLUDED = {
@@ -1659,6 +1722,7 @@ EXCLUDED = {
     "load_vit_mae": "loads a local transformers checkpoint directory: no arrays to corrupt",
     "MolJOSample": "a result container returned by moljo_sample / bfn_sample, not a user entry point",
     "DMPGraph": "a result container built by build_dmp_graph, not a user entry point",
+    "imts_from_long": "reads a pandas DataFrame's columns: its bad inputs are tested in test_vimts.py",
 }
 
 

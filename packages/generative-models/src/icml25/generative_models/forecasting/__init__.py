@@ -8,6 +8,9 @@ extra ``[gluonts]``).
 
 Also P25 VisionTS (Chen et al., ICML 2025; official code ``Keytoyze/VisionTS``): :mod:`.visionts`, series
 rendered as images and forecast by an image MAE's in-painting.
+
+Also P35 VIMTS (ICML 2025; official code ``WHU-HZY/VIMTS``): :mod:`.vimts`, irregular multivariate series
+patched per channel, completed across channels by a learned graph and forecast by a ViT-MAE's mask tokens.
 """
 
 from __future__ import annotations
@@ -31,6 +34,21 @@ from icml25.generative_models.forecasting.metrics import (
     nmae,
     weighted_quantile_loss,
 )
+from icml25.generative_models.forecasting.vimts import (
+    TTCN,
+    VIMTS,
+    AdaptiveGCN,
+    IMTSBatch,
+    LearnableTimeEmbedding,
+    PatchedIMTS,
+    fit_vimts,
+    imts_from_arrays,
+    imts_from_long,
+    imts_masked_mse,
+    patchify_irregular,
+    query_patch_index,
+    seq_sincos_pos_embed,
+)
 from icml25.generative_models.forecasting.visionts import (
     FacebookMAEAdapter,
     HFViTMAEAdapter,
@@ -49,15 +67,21 @@ from icml25.generative_models.forecasting.visionts import (
 
 __all__ = [
     "K2VAE",
+    "TTCN",
+    "VIMTS",
+    "AdaptiveGCN",
     "DifferentiableKalmanFilter",
     "FacebookMAEAdapter",
     "GRUForecaster",
     "HFViTMAEAdapter",
+    "IMTSBatch",
     "K2VAEForecaster",
     "K2VAEOutput",
     "K2VAEPredictor",
     "KoopmanOperator",
+    "LearnableTimeEmbedding",
     "MAEAdapter",
+    "PatchedIMTS",
     "RevIN",
     "SeasonalNaive",
     "VisionTS",
@@ -66,12 +90,19 @@ __all__ = [
     "candidate_periods",
     "climatology_samples",
     "crps_from_samples",
+    "fit_vimts",
     "gaussian_crps",
     "image_to_forecast",
+    "imts_from_arrays",
+    "imts_from_long",
+    "imts_masked_mse",
     "interval_coverage",
     "kl_to_standard_normal",
     "load_vit_mae",
     "nmae",
+    "patchify_irregular",
+    "query_patch_index",
+    "seq_sincos_pos_embed",
     "series_to_image",
     "small_vit_mae",
     "visionts_geometry",
