@@ -343,6 +343,18 @@ class _ConvTokens(nn.Module):
         return self.net(x).flatten(2).transpose(1, 2) + self.pos
 
 
+def _project(points: Tensor, cams: Tensor, size: int, fov_deg: float) -> tuple[Tensor, Tensor]:
+    """Normalised image coordinates ``(B, N, P, 2)`` (``grid_sample``, align_corners=False) of world
+    ``points (B, P, 3)`` in cameras ``(B, N, 4, 4)`` and whether each lies in front of the camera and in frame."""
+    R, t = cams[..., :3, :3], cams[..., :3, 3]
+    xc = (points[:, None] - t[:, :, None]) @ R  # (B, N, P, 3): R^T (x - t), row form
+    f = 0.5 * size / math.tan(math.radians(fov_deg) / 2)
+    z = xc[..., 2:].clamp_min(1e-3)
+    uv = f * xc[..., :2] / z / (0.5 * size)  # pixel centre j + 0.5 -> 2 (j + 0.5) / S - 1
+    ok = (xc[..., 2] > 1e-3) & (uv.abs() <= 1).all(-1)
+    return uv, ok
+
+
 class _CrossBlock(nn.Module):
     def __init__(self, dim: int, heads: int):
         super().__init__()
@@ -368,6 +380,9 @@ class FlexibleViewReconstructor(nn.Module):
     ``encoder="dinov2"`` uses a random-init ``transformers`` ``Dinov2Model`` (patch 8, width ``dim``) as the
     per-view tokeniser, as LRM / FlexRM use DINO features (the ``hf`` extra).
     """
+
+    LIFT_CHANNELS = 16
+    """Channels of the per-view feature maps lifted onto the voxel grid."""
 
     def __init__(self, img_size: int = 32, plane_res: int = 16, dim: int = 64, depth: int = 2, heads: int = 4,
                  plane_channels: int = 16, fov_deg: float = 40.0, near: float = 1.3, far: float = 3.7,
@@ -395,6 +410,10 @@ class FlexibleViewReconstructor(nn.Module):
             raise ValueError(f"encoder must be 'cnn' or 'dinov2', got {encoder!r}")
         self.encoder_kind = encoder
         self.queries = nn.Parameter(torch.randn(1, 3 * plane_res * plane_res, dim) * 0.02)
+        self.lift_cnn = nn.Sequential(
+            nn.Conv2d(3, 32, 3, 2, 1), nn.GELU(), nn.Conv2d(32, self.LIFT_CHANNELS, 3, 1, 1)
+        )  # fmt: skip
+        self.lift_proj = nn.Linear(2 * (2 * self.LIFT_CHANNELS + 1), dim)
         self.blocks = nn.ModuleList(_CrossBlock(dim, heads) for _ in range(_check_int("depth", depth)))
         self.out_norm = nn.LayerNorm(dim)
         self.to_plane = nn.Linear(dim, plane_channels)
@@ -415,12 +434,37 @@ class FlexibleViewReconstructor(nn.Module):
         T = tok.shape[1]
         tok = tok.reshape(B, N * T, self.dim)
         pad = (~view_mask)[:, :, None].expand(B, N, T).reshape(B, N * T)
-        q = self.queries.expand(B, -1, -1)
+        q = self.queries + self._lift(images, cams.to(images.dtype), view_mask)
         for blk in self.blocks:
             q = blk(q, tok, pad)
         planes = self.to_plane(self.out_norm(q))  # (B, 3 R², C)
         R = self.plane_res
         return planes.reshape(B, 3, R, R, self.plane_channels).permute(0, 1, 4, 2, 3)
+
+    def _lift(self, images: Tensor, cams: Tensor, view_mask: Tensor) -> Tensor:
+        """Initial tri-plane tokens ``(B, 3 R², dim)``: per-view feature maps sampled at the projections of an
+        ``R³`` voxel grid, their masked mean and variance over the views (and the share of views seeing each
+        voxel), mean- and max-pooled along each plane's normal axis."""
+        B, N, _, S, _ = images.shape
+        R, Cf = self.plane_res, self.LIFT_CHANNELS
+        feat = self.lift_cnn(images.reshape(B * N, 3, S, S))  # (B N, Cf, S/2, S/2)
+        ax = (torch.arange(R, dtype=images.dtype, device=images.device) + 0.5) / R * 2 - 1
+        gx, gy, gz = torch.meshgrid(ax, ax, ax, indexing="ij")  # voxel (i, j, k) at (x_i, y_j, z_k)
+        pts = torch.stack([gx, gy, gz], -1).reshape(1, R**3, 3).expand(B, -1, -1)
+        uv, ok = _project(pts, cams, S, self.fov_deg)  # (B, N, R³, 2), (B, N, R³)
+        smp = F.grid_sample(feat, uv.reshape(B * N, 1, R**3, 2), align_corners=False)  # (B N, Cf, 1, R³)
+        smp = smp.reshape(B, N, Cf, R**3)
+        w = (ok & view_mask[:, :, None]).to(images.dtype)[:, :, None]  # (B, N, 1, R³)
+        cnt = w.sum(1)
+        mean = (w * smp).sum(1) / cnt.clamp_min(1.0)
+        var = (w * (smp - mean[:, None]) ** 2).sum(1) / cnt.clamp_min(1.0)
+        frac = cnt / view_mask.sum(1).to(images.dtype)[:, None, None]
+        vox = torch.cat([mean, var, frac], 1).reshape(B, 2 * Cf + 1, R, R, R)  # (B, C, x, y, z)
+        planes = []
+        for axis in (4, 3, 2):  # xy (pool z), xz (pool y), yz (pool x); grid_sample rows = second coord
+            planes.append(torch.cat([vox.mean(axis), vox.amax(axis)], 1).transpose(-1, -2))  # (B, 2C, R, R)
+        tok = torch.stack(planes, 1).permute(0, 1, 3, 4, 2).reshape(B, 3 * R * R, -1)
+        return self.lift_proj(tok)
 
     def query(self, triplane: Tensor, points: Tensor) -> tuple[Tensor, Tensor]:
         """Density ``(B, P)`` and colour ``(B, P, 3)`` of the field at ``points (B, P, 3)`` (outside
