@@ -75,11 +75,19 @@ def _tensor(name: str, x: object, ndim: int | None = None, *, floating: bool = T
     return x
 
 
+def _check_range(name: str, x: Tensor, bound: float = 1e6) -> None:
+    if x.numel() and x.abs().max() > bound:
+        raise ValueError(f"{name} must be pixel values of magnitude <= {bound:g}, got a maximum |value| "
+                         f"{float(x.abs().max()):.3g}")  # fmt: skip
+
+
 def _check_cameras(name: str, cams: object, batch_dims: int | None = None, atol: float = 1e-3) -> Tensor:
     """Validate camera-to-world matrices ``(..., 4, 4)``: finite, rigid rotation, last row ``[0, 0, 0, 1]``."""
     cams = _tensor(name, cams)
     if cams.dim() < 2 or cams.shape[-2:] != (4, 4):
-        raise ValueError(f"{name} must be camera-to-world matrices of shape (..., 4, 4), got {tuple(cams.shape)}")
+        raise ValueError(
+            f"{name} must be camera-to-world matrices of shape (..., 4, 4), got {tuple(cams.shape)}"
+        )
     if batch_dims is not None and cams.dim() != batch_dims + 2:
         raise ValueError(f"{name} must have shape {'(B, N, 4, 4)' if batch_dims == 2 else '(N, 4, 4)'}, "
                          f"got {tuple(cams.shape)}")  # fmt: skip
@@ -87,7 +95,9 @@ def _check_cameras(name: str, cams: object, batch_dims: int | None = None, atol:
         raise ValueError(f"{name} must hold at least one camera, got shape {tuple(cams.shape)}")
     c = cams.detach().double()
     if c.abs().max() > 1e6:
-        raise ValueError(f"{name} must have translations below 1e6, got a maximum entry {float(c.abs().max()):.3g}")
+        raise ValueError(
+            f"{name} must have translations below 1e6, got a maximum entry {float(c.abs().max()):.3g}"
+        )
     R = c[..., :3, :3]
     eye = torch.eye(3, dtype=torch.float64)
     ortho = (R.transpose(-1, -2) @ R - eye).abs().amax()
@@ -118,17 +128,22 @@ def _check_int(name: str, value: object, low: int = 1) -> int:
     return value
 
 
-def _check_views(images: object, cams: object, view_mask: object | None = None) -> tuple[Tensor, Tensor, Tensor]:
+def _check_views(
+    images: object, cams: object, view_mask: object | None = None
+) -> tuple[Tensor, Tensor, Tensor]:
     """Validate ``images (B, N, 3, S, S)``, ``cams (B, N, 4, 4)`` and ``view_mask (B, N)`` (bool)."""
     images = _tensor("images", images, 5)
     if images.shape[2] != 3:
-        raise ValueError(f"images must have 3 colour channels, shape (B, N, 3, S, S); got {tuple(images.shape)}")
+        raise ValueError(
+            f"images must have 3 colour channels, shape (B, N, 3, S, S); got {tuple(images.shape)}"
+        )
     if images.shape[-1] != images.shape[-2]:
         raise ValueError(f"images must be square (B, N, 3, S, S); got height {images.shape[-2]} and width "
                          f"{images.shape[-1]}")  # fmt: skip
     if images.shape[0] == 0 or images.shape[1] == 0 or images.shape[-1] == 0:
         raise ValueError(f"images must hold at least one object, one view and one pixel (N = 0 views is not a "
                          f"reconstruction input); got shape {tuple(images.shape)}")  # fmt: skip
+    _check_range("images", images)
     cams = _check_cameras("cams", cams, batch_dims=2)
     if cams.shape[:2] != images.shape[:2]:
         raise ValueError(f"cams must have one camera per image, shape {tuple(images.shape[:2]) + (4, 4)}; got "
@@ -140,7 +155,9 @@ def _check_views(images: object, cams: object, view_mask: object | None = None) 
             raise TypeError(f"view_mask must be a bool tensor of shape (B, N), got "
                             f"{getattr(view_mask, 'dtype', type(view_mask).__name__)}")  # fmt: skip
         if view_mask.shape != images.shape[:2]:
-            raise ValueError(f"view_mask must have shape {tuple(images.shape[:2])}, got {tuple(view_mask.shape)}")
+            raise ValueError(
+                f"view_mask must have shape {tuple(images.shape[:2])}, got {tuple(view_mask.shape)}"
+            )
         if not view_mask.any(dim=1).all():
             raise ValueError("view_mask must keep at least one view of every object; got "
                              f"{int((~view_mask.any(dim=1)).sum())} object(s) with none")  # fmt: skip
@@ -157,7 +174,9 @@ def opencv_to_opengl(c2w: Tensor) -> Tensor:
     return c2w @ flip
 
 
-def look_at_cameras(eye: Tensor, target: Tensor | None = None, up: Sequence[float] = (0.0, 0.0, 1.0)) -> Tensor:
+def look_at_cameras(
+    eye: Tensor, target: Tensor | None = None, up: Sequence[float] = (0.0, 0.0, 1.0)
+) -> Tensor:
     """Camera-to-world matrices ``(M, 4, 4)`` (OpenCV convention) of cameras at ``eye (M, 3)`` looking at
     ``target (M, 3)`` (default: the origin), with world ``up`` appearing upwards in the image."""
     eye = _tensor("eye", eye, 2)
@@ -188,7 +207,9 @@ def orbit_cameras(azimuth_deg: Tensor, elevation_deg: Tensor, radius: float = 2.
     az = _tensor("azimuth_deg", azimuth_deg, 1)
     el = _tensor("elevation_deg", elevation_deg, 1)
     if az.shape != el.shape:
-        raise ValueError(f"elevation_deg must have the shape of azimuth_deg {tuple(az.shape)}, got {tuple(el.shape)}")
+        raise ValueError(
+            f"elevation_deg must have the shape of azimuth_deg {tuple(az.shape)}, got {tuple(el.shape)}"
+        )
     if el.numel() and el.abs().max() >= 89.0:
         raise ValueError(f"elevation_deg must be within (-89, 89) degrees, got {float(el.abs().max()):.3g}")
     if not (isinstance(radius, (int, float)) and not isinstance(radius, bool)) or not 0 < radius < 1e6:
@@ -243,7 +264,9 @@ def volume_render(density: Tensor, rgb: Tensor, delta: float | Tensor) -> tuple[
     return (w[..., None] * rgb).sum(-2), w.sum(-1)
 
 
-def _ray_samples(origins: Tensor, dirs: Tensor, near: float, far: float, n_samples: int) -> tuple[Tensor, float]:
+def _ray_samples(
+    origins: Tensor, dirs: Tensor, near: float, far: float, n_samples: int
+) -> tuple[Tensor, float]:
     """Midpoint samples ``(..., n_samples, 3)`` on each ray between ``near`` and ``far`` and their spacing."""
     delta = (far - near) / n_samples
     t = near + delta * (torch.arange(n_samples, dtype=origins.dtype, device=origins.device) + 0.5)
@@ -275,10 +298,16 @@ class EllipsoidScenes:
         for name in ("radii", "colours"):
             t = _tensor(name, getattr(self, name), 3)
             if t.shape != c.shape:
-                raise ValueError(f"{name} must have the shape of centres {tuple(c.shape)}, got {tuple(t.shape)}")
+                raise ValueError(
+                    f"{name} must have the shape of centres {tuple(c.shape)}, got {tuple(t.shape)}"
+                )
         if (self.radii <= 0).any():
             raise ValueError(f"radii must be positive, got a minimum {float(self.radii.min()):.3g}")
-        if not isinstance(self.mask, Tensor) or self.mask.dtype != torch.bool or self.mask.shape != c.shape[:2]:
+        if (
+            not isinstance(self.mask, Tensor)
+            or self.mask.dtype != torch.bool
+            or self.mask.shape != c.shape[:2]
+        ):
             raise ValueError(f"mask must be a bool tensor of shape {tuple(c.shape[:2])}")
 
     def __len__(self) -> int:
@@ -292,7 +321,9 @@ class EllipsoidScenes:
 
     def field(self, points: Tensor) -> tuple[Tensor, Tensor]:
         """Density ``(B, P)`` and colour ``(B, P, 3)`` at ``points (B, P, 3)``."""
-        q = (((points[:, :, None, :] - self.centres[:, None]) / self.radii[:, None]) ** 2).sum(-1)  # (B, P, K)
+        q = (((points[:, :, None, :] - self.centres[:, None]) / self.radii[:, None]) ** 2).sum(
+            -1
+        )  # (B, P, K)
         sig = self.sigma_max * torch.sigmoid(self.sharpness * (1.0 - q)) * self.mask[:, None].to(points.dtype)
         dens = sig.sum(-1)
         rgb = (sig[..., None] * self.colours[:, None]).sum(-2) / (dens[..., None] + 1e-6)
@@ -473,7 +504,9 @@ class FlexibleViewReconstructor(nn.Module):
         coords = [points[..., [0, 1]], points[..., [0, 2]], points[..., [1, 2]]]
         feat = 0
         for k, uv in enumerate(coords):
-            feat = feat + F.grid_sample(triplane[:, k], uv[:, None], align_corners=False, padding_mode="zeros")
+            feat = feat + F.grid_sample(
+                triplane[:, k], uv[:, None], align_corners=False, padding_mode="zeros"
+            )
         h = self.decoder(feat[:, :, 0].transpose(1, 2))  # (B, P, 4)
         inside = (points.abs() <= 1).all(-1).to(h.dtype)
         return F.softplus(h[..., 0] - 1.0) * 10.0 * inside, torch.sigmoid(h[..., 1:])
@@ -488,13 +521,21 @@ class FlexibleViewReconstructor(nn.Module):
     def render(self, triplane: Tensor, cams: Tensor, size: int | None = None, n_samples: int = 16) -> Tensor:
         """Images ``(B, M, 3, size, size)`` of the tri-plane fields ``(B, 3, C, R, R)`` from ``cams (B, M, 4, 4)``."""
         triplane = _tensor("triplane", triplane, 5)
+        want = (3, self.plane_channels, self.plane_res, self.plane_res)
+        if tuple(triplane.shape[1:]) != want or triplane.shape[0] == 0:
+            raise ValueError(f"triplane must have shape (B, {', '.join(map(str, want))}) with B >= 1 (forward's "
+                             f"output), got {tuple(triplane.shape)}")  # fmt: skip
         cams = _check_cameras("cams", cams, batch_dims=2)
         if cams.shape[0] != triplane.shape[0]:
-            raise ValueError(f"cams must have one row per tri-plane ({triplane.shape[0]}), got {tuple(cams.shape)}")
+            raise ValueError(
+                f"cams must have one row per tri-plane ({triplane.shape[0]}), got {tuple(cams.shape)}"
+            )
         size = self.img_size if size is None else _check_int("size", size)
         o, d = camera_rays(cams.to(triplane.dtype), size, self.fov_deg)
         B, M = cams.shape[:2]
-        col = self.render_rays(triplane, o.reshape(B, -1, 3), d.reshape(B, -1, 3), _check_int("n_samples", n_samples))
+        col = self.render_rays(
+            triplane, o.reshape(B, -1, 3), d.reshape(B, -1, 3), _check_int("n_samples", n_samples)
+        )
         return col.reshape(B, M, size, size, 3).movedim(-1, -3)
 
 
@@ -518,9 +559,13 @@ def consistency_scores(images: Tensor, cams: Tensor, reconstructor: FlexibleView
     """
     images, cams, view_mask = _check_views(images, cams, view_mask)
     if not isinstance(reconstructor, FlexibleViewReconstructor):
-        raise TypeError(f"reconstructor must be a FlexibleViewReconstructor, got {type(reconstructor).__name__}")
-    if isinstance(quality_weight, bool) or not isinstance(quality_weight, (int, float)) or not (
-        0 <= quality_weight < 1e6
+        raise TypeError(
+            f"reconstructor must be a FlexibleViewReconstructor, got {type(reconstructor).__name__}"
+        )
+    if (
+        isinstance(quality_weight, bool)
+        or not isinstance(quality_weight, (int, float))
+        or not (0 <= quality_weight < 1e6)
     ):
         raise ValueError(f"quality_weight must be a float in [0, 1e6), got {quality_weight!r}")
     B, N = images.shape[:2]
@@ -547,16 +592,22 @@ def curate_views(scores: Tensor, keep: int | float) -> Tensor:
     better, as :func:`consistency_scores`); ``keep`` is a count ``k`` (int, 1 <= k <= N) or a fraction in
     ``(0, 1]`` (``k = max(1, round(keep · N))``)."""
     if not isinstance(scores, Tensor) or not scores.is_floating_point():
-        raise TypeError(f"scores must be a floating-point tensor, got {getattr(scores, 'dtype', type(scores).__name__)}")
+        raise TypeError(
+            f"scores must be a floating-point tensor, got {getattr(scores, 'dtype', type(scores).__name__)}"
+        )
     if scores.dim() != 2:
         raise ValueError(f"scores must have shape (B, N), got {tuple(scores.shape)}")
     n_nan, n_neg = int(torch.isnan(scores).sum()), int((scores == float("-inf")).sum())
     if n_nan or n_neg:
-        raise ValueError(f"scores must be finite or +inf (excluded views); got {n_nan} NaN and {n_neg} -Inf values "
-                         f"in a tensor of shape {tuple(scores.shape)}")
+        raise ValueError(
+            f"scores must be finite or +inf (excluded views); got {n_nan} NaN and {n_neg} -Inf values "
+            f"in a tensor of shape {tuple(scores.shape)}"
+        )
     B, N = scores.shape
     if B == 0 or N == 0:
-        raise ValueError(f"scores must hold at least one object and one view, got shape {tuple(scores.shape)}")
+        raise ValueError(
+            f"scores must hold at least one object and one view, got shape {tuple(scores.shape)}"
+        )
     if isinstance(keep, bool) or not isinstance(keep, (int, float)):
         raise TypeError(f"keep must be an int count or a float fraction, got {type(keep).__name__}")
     if isinstance(keep, float):
@@ -577,8 +628,12 @@ def _gaussian_blur(img: Tensor, sigma: float) -> Tensor:
     k = torch.exp(-0.5 * (x / sigma) ** 2)
     k = k / k.sum()
     c = img.shape[0]
-    out = F.conv2d(F.pad(img[None], (r, r, 0, 0), mode="replicate"), k.view(1, 1, 1, -1).expand(c, 1, 1, -1), groups=c)
-    out = F.conv2d(F.pad(out, (0, 0, r, r), mode="replicate"), k.view(1, 1, -1, 1).expand(c, 1, -1, 1), groups=c)
+    out = F.conv2d(
+        F.pad(img[None], (r, r, 0, 0), mode="replicate"), k.view(1, 1, 1, -1).expand(c, 1, 1, -1), groups=c
+    )
+    out = F.conv2d(
+        F.pad(out, (0, 0, r, r), mode="replicate"), k.view(1, 1, -1, 1).expand(c, 1, -1, 1), groups=c
+    )
     return out[0]
 
 
@@ -596,6 +651,7 @@ def simulate_imperfect_views(images: Tensor, p: float, kinds: Sequence[str] = CO
     images = _tensor("images", images, 5)
     if images.shape[2] != 3 or images.shape[-1] != images.shape[-2] or images.numel() == 0:
         raise ValueError(f"images must have shape (B, N, 3, S, S) with S >= 1, got {tuple(images.shape)}")
+    _check_range("images", images)
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 1:
         raise ValueError(f"p must be a probability in [0, 1], got {p!r}")
     kinds = tuple(kinds)
@@ -603,7 +659,9 @@ def simulate_imperfect_views(images: Tensor, p: float, kinds: Sequence[str] = CO
     if not kinds or bad:
         raise ValueError(f"kinds must be a non-empty subset of {CORRUPTIONS}, got {kinds}")
     if "swap" in kinds and images.shape[0] < 2:
-        raise ValueError(f"kinds with 'swap' needs at least 2 objects in the batch, got B = {images.shape[0]}")
+        raise ValueError(
+            f"kinds with 'swap' needs at least 2 objects in the batch, got B = {images.shape[0]}"
+        )
     min_shift = _check_int("min_shift", min_shift)
     if not isinstance(min_blur, (int, float)) or not 0 < min_blur < 100:
         raise ValueError(f"min_blur must be a positive float below 100, got {min_blur!r}")

@@ -32,7 +32,9 @@ class DinoViewTokens(nn.Module):
         return self.model(pixel_values=x).last_hidden_state
 
 
-def dinov2_view_encoder(dim: int, img_size: int, n_channels: int = 9, heads: int = 4, depth: int = 2) -> DinoViewTokens:
+def dinov2_view_encoder(
+    dim: int, img_size: int, n_channels: int = 9, heads: int = 4, depth: int = 2
+) -> DinoViewTokens:
     """A random-init ``Dinov2Model`` of width ``dim``, ``depth`` layers, patch 8 on ``img_size`` images with
     ``n_channels`` input channels (RGB + 6 Plücker), wrapped as :class:`DinoViewTokens`."""
     config = transformers.Dinov2Config(

@@ -293,7 +293,10 @@ def corrupt_candidates(images: Tensor, g: torch.Generator, n_corrupted: int) -> 
     out = images.clone()
     for b in range(B):
         where = torch.randperm(N, generator=g)[:n_corrupted]
-        ks = list(range(len(KINDS))) + torch.randint(0, len(KINDS), (max(0, n_corrupted - len(KINDS)),), generator=g).tolist()
+        ks = (
+            list(range(len(KINDS)))
+            + torch.randint(0, len(KINDS), (max(0, n_corrupted - len(KINDS)),), generator=g).tolist()
+        )
         for n, k in zip(where.tolist(), ks[:n_corrupted], strict=True):
             kind[b, n] = k
             out[b, n] = variants[KINDS[k]][b, n]
@@ -377,15 +380,26 @@ def evaluate(trained: Trained, scorer: Scorer | None = None, out_dir: str | Path
     )
 
 
-def plot(out_dir: str | Path, m: dict[str, float], bad: Tensor, scores: Tensor, keep: Tensor, kind: Tensor) -> Path:
+def plot(
+    out_dir: str | Path, m: dict[str, float], bad: Tensor, scores: Tensor, keep: Tensor, kind: Tensor
+) -> Path:
     """PSNR vs number of views, curation PSNRs, and the candidates of one object with their scores."""
     fig, axes = new_figure(2, 1, figsize=(9, 6))
     ax = axes[0]
     ns = [1, 2, 4, 8]
     ax.plot(ns, [m[f"psnr_n{n}"] for n in ns], "-o", label="clean views")
     ax.axhline(m["constant_psnr"], color="grey", ls=":", label="best constant image")
-    for key, col in (("curated_psnr", "tab:green"), ("baseline_all_psnr", "tab:red"), ("random_psnr", "tab:orange")):
-        ax.axhline(m[key], color=col, ls="--", label=key.replace("_psnr", "").replace("baseline_", "") + " (12 cands)")
+    for key, col in (
+        ("curated_psnr", "tab:green"),
+        ("baseline_all_psnr", "tab:red"),
+        ("random_psnr", "tab:orange"),
+    ):
+        ax.axhline(
+            m[key],
+            color=col,
+            ls="--",
+            label=key.replace("_psnr", "").replace("baseline_", "") + " (12 cands)",
+        )
     ax.set_xlabel("input views N")
     ax.set_ylabel("held-out PSNR (dB)")
     ax.set_xscale("log", base=2)
@@ -414,7 +428,9 @@ def random_scorer(images: Tensor, cams: Tensor, model: FlexibleViewReconstructor
 def run(quick: bool = True, seed: int = 0, out_dir: str | Path | None = None) -> Report:
     """Reproduce the Flex3D reconstruction-side claims at toy scale: ``evaluate(train(setting, seed))``."""
     seed_everything(seed)
-    with torch_threads(1):  # small networks: one thread is fastest on 2 cores and bit-identical across machines
+    with torch_threads(
+        1
+    ):  # small networks: one thread is fastest on 2 cores and bit-identical across machines
         return evaluate(train(QUICK if quick else FULL, seed), out_dir=out_dir)
 
 
