@@ -1401,7 +1401,6 @@ def _p16_specs() -> list[HostileSpec]:
         )
 
     dark = "a constant (e.g. black) image is a valid view"
-    rigid = "cams must be rigid: a constant or huge matrix is rejected"
     return [
         HostileSpec("opencv_to_opengl", gm.opencv_to_opengl, {"c2w": cams[0]}, ("c2w",),
                     {"c2w:empty:0": "no cameras: an empty result", "c2w:extra_dim": "(..., 4, 4): any batch shape"}),

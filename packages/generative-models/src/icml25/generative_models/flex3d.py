@@ -146,7 +146,7 @@ def _check_views(
     _check_range("images", images)
     cams = _check_cameras("cams", cams, batch_dims=2)
     if cams.shape[:2] != images.shape[:2]:
-        raise ValueError(f"cams must have one camera per image, shape {tuple(images.shape[:2]) + (4, 4)}; got "
+        raise ValueError(f"cams must have one camera per image, shape {(*images.shape[:2], 4, 4)}; got "
                          f"{tuple(cams.shape)}")  # fmt: skip
     if view_mask is None:
         view_mask = torch.ones(images.shape[:2], dtype=torch.bool, device=images.device)
@@ -252,8 +252,8 @@ def volume_render(density: Tensor, rgb: Tensor, delta: float | Tensor) -> tuple[
     """
     density = _tensor("density", density)
     rgb = _tensor("rgb", rgb)
-    if density.dim() < 1 or rgb.shape != density.shape + (3,):
-        raise ValueError(f"rgb must have shape density.shape + (3,) = {tuple(density.shape) + (3,)}, "
+    if density.dim() < 1 or rgb.shape != (*density.shape, 3):
+        raise ValueError(f"rgb must have shape density.shape + (3,) = {(*density.shape, 3)}, "
                          f"got {tuple(rgb.shape)}")  # fmt: skip
     if (density < 0).any():
         raise ValueError(f"density must be non-negative, got a minimum {float(density.min()):.3g}")
@@ -500,7 +500,6 @@ class FlexibleViewReconstructor(nn.Module):
     def query(self, triplane: Tensor, points: Tensor) -> tuple[Tensor, Tensor]:
         """Density ``(B, P)`` and colour ``(B, P, 3)`` of the field at ``points (B, P, 3)`` (outside
         ``[-1, 1]³`` the density is zero)."""
-        B, P = points.shape[:2]
         coords = [points[..., [0, 1]], points[..., [0, 2]], points[..., [1, 2]]]
         feat = 0
         for k, uv in enumerate(coords):
@@ -623,7 +622,7 @@ def curate_views(scores: Tensor, keep: int | float) -> Tensor:
 
 
 def _gaussian_blur(img: Tensor, sigma: float) -> Tensor:
-    r = max(1, int(math.ceil(3 * sigma)))
+    r = max(1, math.ceil(3 * sigma))
     x = torch.arange(-r, r + 1, dtype=img.dtype)
     k = torch.exp(-0.5 * (x / sigma) ** 2)
     k = k / k.sum()

@@ -218,7 +218,7 @@ def train_model(setting: Setting, images: Tensor, cams: Tensor, seed: int, aug_p
     K, Bs, S = setting.max_views, setting.batch_size, setting.img_size
     rays_o, rays_d = camera_rays(cams, S)  # (n, V, S, S, 3)
     losses = []
-    for step in progress(range(setting.steps), desc=desc):
+    for _ in progress(range(setting.steps), desc=desc):
         obj = torch.randint(0, n_obj, (Bs,), generator=g)
         perm = torch.argsort(torch.rand(Bs, V, generator=g), dim=1)
         inp, tgt = perm[:, :K], perm[:, K : K + 4]
@@ -328,7 +328,10 @@ def evaluate(trained: Trained, scorer: Scorer | None = None, out_dir: str | Path
         scores = scorer(bad, ccams, model)
     keep = curate_views(scores, K)
     rnd = torch.argsort(torch.rand(B, Nc, generator=g), dim=1)[:, :K].sort(dim=1).values
-    take = (lambda t, idx: t[torch.arange(B)[:, None], idx])  # fmt: skip
+
+    def take(t: Tensor, idx: Tensor) -> Tensor:
+        return t[torch.arange(B)[:, None], idx]
+
     m["curated_psnr"] = reconstruct_psnr(model, take(bad, keep), take(ccams, keep), tgt, tcams)
     m["baseline_all_psnr"] = reconstruct_psnr(model, bad, ccams, tgt, tcams)
     m["random_psnr"] = reconstruct_psnr(model, take(bad, rnd), take(ccams, rnd), tgt, tcams)
