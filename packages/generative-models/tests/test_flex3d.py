@@ -171,7 +171,7 @@ def test_consistency_scores_shape_mask_and_quality_term() -> None:
     assert torch.allclose(s0.median(dim=1).values, s0.new_ones(2), atol=0.6)
 
 
-# ------------------------------------------------------------------------------ bad inputs (brief §8)
+# ------------------------------------------------------------------------------ bad inputs
 def test_rejects_images_and_cameras_with_different_n() -> None:
     images, cams = _views(n=4)
     with pytest.raises(ValueError, match="cams must have one camera per image"):
@@ -236,7 +236,7 @@ def test_broken_variant_random_curation_fails(trained: exp.Trained) -> None:
     assert not report.checks[f"corrupted-view recall >= {exp.QUICK_MIN_RECALL:g}"]
 
 
-def test_full_threshold_text_lists_the_brief_checks() -> None:
+def test_full_threshold_text_lists_the_plan_checks() -> None:
     text = exp.threshold(quick=False)
     for part in ("PSNR(8) >= PSNR(1) + 1 dB", "best constant image + 3 dB", "recall of blur views >= 0.75",
                  "imperfect-input model <= 0.7 x clean model", "curated 8 PSNR >= random 8 PSNR + 0.5 dB"):  # fmt: skip

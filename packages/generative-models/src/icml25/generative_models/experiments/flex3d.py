@@ -13,7 +13,7 @@ Plücker rays, 3 x 16 x 16 tri-plane queries, 2 cross-attention blocks of width 
 input views (``view_mask`` padding) and 4 target views per object, on random ray subsets of a precomputed
 bank. Evaluation on held-out objects with 12 candidate views and 4 target views.
 
-Checks (:func:`checks`). Full mode, as in the brief: (1) PSNR increases 1 -> 2 -> 4 -> 8 clean views, by
+Checks (:func:`checks`). Full mode, as in our reproduction plan: (1) PSNR increases 1 -> 2 -> 4 -> 8 clean views, by
 >= 1 dB from 1 to 8, PSNR(8) >= the best constant image + 3 dB and shuffling the cameras at N = 8 costs
 >= 1 dB; (2) with 4 of 12 candidates corrupted (another object, a >= 4 px shift, a σ >= 1.5 px blur),
 keeping the 8 best by our curation score beats all 12 and a random 8 by >= 0.5 dB each, with recall
@@ -78,7 +78,7 @@ class Setting:
     steps: int
     """Training steps of each model (paper: large-scale GPU training; ours 500, quick 120)."""
     n_eval_objects: int
-    """Held-out objects (brief 100; ours 100, quick 12)."""
+    """Held-out objects (plan 100; ours 100, quick 12)."""
     augmented: bool
     """Also train the imperfect-input model for check (3) (ours: full only)."""
     views_per_object: int = 12
@@ -100,28 +100,28 @@ class Setting:
     aug_p: float = 0.25
     """Per-view corruption probability of imperfect-input training (paper's recipe unverified; ours 0.25)."""
     n_candidates: int = 12
-    """Candidate views per held-out object (paper ≈ 20 generated; brief 12)."""
+    """Candidate views per held-out object (paper ≈ 20 generated; plan 12)."""
     n_corrupted: int = 4
-    """Corrupted candidates per held-out object (brief 4: another object, shift, blur, one more)."""
+    """Corrupted candidates per held-out object (plan 4: another object, shift, blur, one more)."""
     keep: int = 8
-    """Views kept by curation (brief 8)."""
+    """Views kept by curation (plan 8)."""
 
 
 FULL = Setting(n_train_objects=600, steps=500, n_eval_objects=100, augmented=True)
 QUICK = Setting(n_train_objects=64, steps=100, n_eval_objects=8, augmented=False, img_size=16, plane_res=8)
 
 CURATION_MARGIN_DB = 0.5
-"""Curated 8 minus all 12 (and minus a random 8), at least, in dB (brief §6 (2))."""
+"""Curated 8 minus all 12 (and minus a random 8), at least, in dB (plan, criterion 2)."""
 MIN_RECALL = 0.75
-"""Share of each corruption kind that curation drops, at least (brief §6 (2))."""
+"""Share of each corruption kind that curation drops, at least (plan, criterion 2)."""
 FLEX_GAIN_DB = 1.0
-"""PSNR(8 views) - PSNR(1 view), at least (brief §6 (1))."""
+"""PSNR(8 views) - PSNR(1 view), at least (plan, criterion 1)."""
 CONST_MARGIN_DB = 3.0
-"""PSNR(8 views) - PSNR(best constant image), at least (brief §11 (1a))."""
+"""PSNR(8 views) - PSNR(best constant image), at least (plan, criterion 1a)."""
 SHUFFLE_COST_DB = 1.0
-"""PSNR(8 views) - PSNR(8 views with shuffled cameras), at least (brief §11 (1b))."""
+"""PSNR(8 views) - PSNR(8 views with shuffled cameras), at least (plan, criterion 1b)."""
 ROBUST_RATIO = 0.7
-"""drop(imperfect-input model) <= ROBUST_RATIO x drop(clean model) with 2 of 8 inputs corrupted (brief §11 (3))."""
+"""drop(imperfect-input model) <= ROBUST_RATIO x drop(clean model) with 2 of 8 inputs corrupted (plan, criterion 3)."""
 QUICK_MIN_RECALL = 0.5
 """Quick mode: share of all corrupted candidates that curation drops, at least (ours; random keeps 1/3 out)."""
 QUICK_LOSS_RATIO = 0.8
