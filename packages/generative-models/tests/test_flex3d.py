@@ -241,3 +241,11 @@ def test_full_threshold_text_lists_the_plan_checks() -> None:
     for part in ("PSNR(8) >= PSNR(1) + 1 dB", "best constant image + 3 dB", "recall of blur views >= 0.75",
                  "imperfect-input model <= 0.7 x clean model", "curated 8 PSNR >= random 8 PSNR + 0.5 dB"):  # fmt: skip
         assert part in text, text
+
+
+@pytest.mark.slow
+def test_full_run_passes_all_plan_checks() -> None:
+    """The recorded expectation of the full run (about 4 CPU-minutes on one core): every check holds."""
+    report = exp.run(quick=False, seed=0)
+    assert report.passed, report.checks
+    assert report.threshold == exp.threshold(quick=False)
