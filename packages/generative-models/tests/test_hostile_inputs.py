@@ -1704,6 +1704,87 @@ def _p35_specs() -> list[HostileSpec]:
 SPECS += _p35_specs()
 
 
+# ---- P16 Flex3D: view curation and a flexible-view reconstructor --------------------------------------------
+
+
+def _p16_specs() -> list[HostileSpec]:
+    """P16 Flex3D: cameras, volume rendering, ellipsoid scenes, reconstructor, curation, imperfect views."""
+    from icml25.kernels.testing import Allow
+
+    g = torch.Generator().manual_seed(16)
+    scenes = gm.sample_ellipsoid_scenes(2, generator=g)
+    cams = gm.orbit_cameras(torch.tensor([0.0, 70.0, 140.0, 210.0]), torch.tensor([10.0, -5.0, 20.0, 30.0]))
+    cams = torch.stack([cams, cams.roll(1, 0)])  # (2, 4, 4, 4)
+    images = scenes.render(cams, 8)
+
+    def _model():
+        with isolated_rng(0):
+            return gm.FlexibleViewReconstructor(img_size=8, plane_res=4, dim=16, depth=1)
+
+    def _forward():
+        m = _model()
+        return (lambda images, cams: m(images, cams).detach()), {"images": images, "cams": cams}, m
+
+    def _render():
+        m = _model()
+        with torch.no_grad():
+            tri = m(images, cams)
+        return (lambda triplane, cams: m.render(triplane, cams).detach()), {"triplane": tri, "cams": cams}, m
+
+    def _scores():
+        m = _model()
+        return (
+            (lambda images, cams: gm.consistency_scores(images, cams, m)),
+            {"images": images, "cams": cams},
+            m,
+        )
+
+    dark = "a constant (e.g. black) image is a valid view"
+    return [
+        HostileSpec("opencv_to_opengl", gm.opencv_to_opengl, {"c2w": cams[0]}, ("c2w",),
+                    {"c2w:empty:0": "no cameras: an empty result", "c2w:extra_dim": "(..., 4, 4): any batch shape"}),
+        HostileSpec("look_at_cameras", gm.look_at_cameras, {"eye": cams[0, :, :3, 3].clone()}, ("eye",),
+                    {"eye:empty:0": "no cameras: an empty result", "constant": "eye (c, c, c), c != 0, is a valid position"}),
+        HostileSpec("orbit_cameras", gm.orbit_cameras,
+                    {"azimuth_deg": torch.tensor([0.0, 45.0]), "elevation_deg": torch.tensor([5.0, 10.0])},
+                    ("azimuth_deg", "elevation_deg"),
+                    {"empty:0": "no cameras: an empty result", "azimuth_deg:huge": "angles wrap: finite",
+                     "constant": "equal angles give equal cameras"}),
+        HostileSpec("camera_rays", lambda c2w: gm.camera_rays(c2w, 4)[1], {"c2w": cams[0]}, ("c2w",),
+                    {"c2w:extra_dim": "(..., 4, 4): any batch shape"}),
+        HostileSpec("volume_render", lambda density, rgb: gm.volume_render(density, rgb, 0.1)[0],
+                    {"density": torch.rand(3, 5, generator=g), "rgb": torch.rand(3, 5, 3, generator=g)},
+                    ("density", "rgb"),
+                    {"constant": "constant density and colour are a valid medium",
+                     "huge": "an opaque sample: exp(-inf) = 0 transmittance, finite",
+                     "empty:0": "no rays: an empty result", "density:empty:1": "no samples: black, opacity 0",
+                     "rgb:huge": Allow("documented: colours are not range-checked (finite)", True),
+                     "density:extra_dim": "(..., S): any batch shape"}),
+        HostileSpec("EllipsoidScenes.render", lambda cams: scenes.render(cams, 4), {"cams": cams}, ("cams",),
+                    covers=("EllipsoidScenes",)),
+        HostileSpec("sample_ellipsoid_scenes", lambda n: gm.sample_ellipsoid_scenes(n, seed=0).centres, {"n": 2}, ()),
+        HostileSpec("FlexibleViewReconstructor.forward", setup=_forward, arrays=("images", "cams"),
+                    allow={"images:constant": dark}, covers=("FlexibleViewReconstructor",),
+                    global_rng="constructing an nn.Module draws its initial weights (isolated here)"),
+        HostileSpec("FlexibleViewReconstructor.render", setup=_render, arrays=("triplane", "cams"),
+                    allow={"triplane:constant": "a constant tri-plane is a valid (homogeneous) field",
+                           "triplane:huge": Allow("documented: densities saturate, colours stay in [0, 1]", True)},
+                    covers=("FlexibleViewReconstructor",)),
+        HostileSpec("consistency_scores", setup=_scores, arrays=("images", "cams"),
+                    allow={"images:constant": "identical views: every score is the median's, finite"}),
+        HostileSpec("curate_views", lambda scores: gm.curate_views(scores, 2), {"scores": torch.rand(2, 4, generator=g)},
+                    ("scores",), {"posinf": "+inf marks an excluded view: ranked last",
+                                  "constant": "ties keep the first views (stable sort)",
+                                  "huge": "large scores rank like any others"}),
+        HostileSpec("simulate_imperfect_views", lambda images: gm.simulate_imperfect_views(images, 0.5, seed=0)[0],
+                    {"images": images}, ("images",),
+                    {"constant": dark}),
+    ]  # fmt: skip
+
+
+SPECS += _p16_specs()
+
+
 EXCLUDED = {
     "Geo2SeqDecodeError": "an exception class (raised by decode), not a user entry point",
     "Geo2SeqEncoding": "a result container built by tokenize_molecule, not a user entry point",
