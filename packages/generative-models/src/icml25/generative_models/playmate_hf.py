@@ -45,7 +45,7 @@ def tiny_wav2vec2(hidden_size: int = 32, num_layers: int = 2, *, seed: int = 0) 
 
 def wav2vec2_frame_features(model: Wav2Vec2Model, waveform: Tensor | np.ndarray, n_frames: int, *,
                             feature_extractor: Wav2Vec2FeatureExtractor | None = None, sampling_rate: int = 16_000,
-                            layer: int = -1) -> Tensor:  # fmt: skip
+                            layer: int | None = None) -> Tensor:  # fmt: skip
     """Per-video-frame audio features ``[B, n_frames, H]`` from waveforms ``[B, S]`` (or ``[S]``).
 
     Args:
@@ -54,7 +54,7 @@ def wav2vec2_frame_features(model: Wav2Vec2Model, waveform: Tensor | np.ndarray,
         n_frames: video frames the clip spans (the hidden states are linearly resampled to this length).
         feature_extractor: optional ``Wav2Vec2FeatureExtractor`` (zero-mean unit-variance normalisation).
         sampling_rate: the waveform's rate (must match the extractor's).
-        layer: which entry of ``hidden_states`` to use (-1: the last).
+        layer: which entry of ``hidden_states`` to use (None: ``last_hidden_state``, after the final norm).
     """
     if not hasattr(model, "config") or not callable(model):
         raise TypeError(f"model must be a transformers wav2vec2 model, got {type(model).__name__}")
@@ -80,9 +80,13 @@ def wav2vec2_frame_features(model: Wav2Vec2Model, waveform: Tensor | np.ndarray,
             raise TypeError(f"feature_extractor must be a Wav2Vec2FeatureExtractor, got {type(feature_extractor).__name__}")
         x = feature_extractor(list(x.numpy()), sampling_rate=sampling_rate, return_tensors="pt").input_values
     with torch.no_grad():
-        hs = model(x, output_hidden_states=True).hidden_states
-    if not -len(hs) <= layer < len(hs):
-        raise ValueError(f"layer must index the model's {len(hs)} hidden states, got {layer}")
-    h = hs[layer]
+        out = model(x, output_hidden_states=layer is not None)
+    if layer is None:
+        h = out.last_hidden_state
+    else:
+        hs = out.hidden_states
+        if isinstance(layer, bool) or not isinstance(layer, int) or not -len(hs) <= layer < len(hs):
+            raise ValueError(f"layer must index the model's {len(hs)} hidden states, got {layer!r}")
+        h = hs[layer]
     return torch.nn.functional.interpolate(h.transpose(1, 2), size=n_frames, mode="linear",
                                            align_corners=True).transpose(1, 2)  # fmt: skip
