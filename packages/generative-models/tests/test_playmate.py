@@ -49,7 +49,10 @@ def _setup(n: int = 3, seed: int = 0):
 @given(st.floats(-80, 80), st.floats(-80, 80), st.floats(-80, 80), st.floats(0.5, 2.0))
 def test_compose_keypoints_equals_closed_form(yaw: float, pitch: float, roll: float, s: float) -> None:
     g = torch.Generator().manual_seed(1)
-    xc, dexp = torch.randn(K, 3, generator=g, dtype=torch.float64), 0.01 * torch.randn(K, 3, generator=g, dtype=torch.float64)
+    xc, dexp = (
+        torch.randn(K, 3, generator=g, dtype=torch.float64),
+        0.01 * torch.randn(K, 3, generator=g, dtype=torch.float64),
+    )
     t = torch.randn(3, generator=g, dtype=torch.float64)
     r = (_rz(math.radians(roll)) @ _ry(math.radians(yaw)) @ _rx(math.radians(pitch))).T
     want = s * (xc @ r + dexp) + t
@@ -63,7 +66,11 @@ def test_compose_keypoints_equals_closed_form(yaw: float, pitch: float, roll: fl
 
 def test_compose_keypoints_identity_rotation_zero_expression() -> None:
     g = torch.Generator().manual_seed(0)
-    xc, t, s = torch.randn(4, K, 3, generator=g), torch.randn(4, 3, generator=g), torch.rand(4, 1, generator=g) + 0.5
+    xc, t, s = (
+        torch.randn(4, K, 3, generator=g),
+        torch.randn(4, 3, generator=g),
+        torch.rand(4, 1, generator=g) + 0.5,
+    )
     out = pm.compose_keypoints(xc, torch.zeros(4, K, 3), torch.zeros(4, 3), t, s)
     torch.testing.assert_close(out, s[..., None] * xc + t[:, None], rtol=0, atol=1e-6)
 
@@ -111,7 +118,9 @@ def test_cfg_scale_one_is_the_conditional_prediction_and_formula() -> None:
         cond = dit(x, 0.4, a, ref)
         uncond = dit(x, 0.4, a, ref, audio_mask=torch.zeros(3, dtype=torch.bool))
         assert torch.equal(pm.guided_velocity(dit, x, 0.4, a, ref, cfg_audio=1.0), cond)
-        torch.testing.assert_close(pm.guided_velocity(dit, x, 0.4, a, ref, cfg_audio=3.0), uncond + 3 * (cond - uncond))
+        torch.testing.assert_close(
+            pm.guided_velocity(dit, x, 0.4, a, ref, cfg_audio=3.0), uncond + 3 * (cond - uncond)
+        )
         branch = pm.EmotionControlBranch(dit, faces.n_emotions, seed=1)
         for prm in branch.parameters():
             prm.data.add_(0.05 * torch.randn(prm.shape, generator=g))
@@ -124,9 +133,13 @@ def test_cfg_scale_one_is_the_conditional_prediction_and_formula() -> None:
 
         v_ae, v_a, v_u = v(True, emo), v(True, null), v(False, null)
         assert not torch.allclose(v_ae, v_a)
-        got = pm.guided_velocity(dit, x, 0.4, a, ref, branch=branch, emotion=emo, cfg_audio=1.0, cfg_emotion=1.0)
+        got = pm.guided_velocity(
+            dit, x, 0.4, a, ref, branch=branch, emotion=emo, cfg_audio=1.0, cfg_emotion=1.0
+        )
         torch.testing.assert_close(got, v_ae, rtol=1e-5, atol=1e-6)
-        got = pm.guided_velocity(dit, x, 0.4, a, ref, branch=branch, emotion=emo, cfg_audio=2.0, cfg_emotion=1.5)
+        got = pm.guided_velocity(
+            dit, x, 0.4, a, ref, branch=branch, emotion=emo, cfg_audio=2.0, cfg_emotion=1.5
+        )
         torch.testing.assert_close(got, v_u + 2 * (v_a - v_u) + 1.5 * (v_ae - v_a), rtol=1e-5, atol=1e-6)
 
 
@@ -138,7 +151,9 @@ def test_imposed_pose_is_the_driver_and_sampling_is_seeded() -> None:
     for key in driver:
         assert torch.equal(out[key], driver[key])
     assert out["exp"].shape == (3, T, K, 3) and bool(torch.isfinite(out["exp"]).all())
-    again = pm.sample_motion(dit, batch.audio[:, P:], batch.ref, normalizer=norm, pose=driver, steps=4, seed=0)
+    again = pm.sample_motion(
+        dit, batch.audio[:, P:], batch.ref, normalizer=norm, pose=driver, steps=4, seed=0
+    )
     assert torch.equal(out["exp"], again["exp"])
     free = pm.sample_motion(dit, batch.audio[:, P:], batch.ref, normalizer=norm, steps=4, seed=0,
                             prev=batch.codes[:, :P])  # fmt: skip
@@ -175,7 +190,9 @@ def test_unknown_emotion_id_raises() -> None:
     dit, norm, batch, faces, _ = _setup()
     branch = pm.EmotionControlBranch(dit, faces.n_emotions)
     with pytest.raises(ValueError, match=r"emotion must be an id in \[0, 3\].*unknown id 7"):
-        pm.sample_motion(dit, batch.audio[:, P:], batch.ref, normalizer=norm, branch=branch, emotion=7, steps=2)
+        pm.sample_motion(
+            dit, batch.audio[:, P:], batch.ref, normalizer=norm, branch=branch, emotion=7, steps=2
+        )
     with pytest.raises(ValueError, match=r"emotion must be an id in \[0, 3\].*unknown id -1"):
         pm.train_stage2(branch, dit, norm, batch.codes, batch.audio[:, P:], batch.ref, torch.tensor([0, -1, 2]),
                         steps=1)  # fmt: skip
@@ -185,7 +202,9 @@ def test_pose_sequence_shorter_than_clip_raises() -> None:
     dit, norm, batch, _, _ = _setup()
     m = pm.unpack_motion(batch.codes[:, P:], K)
     short = {key: m[key][:, : T - 3] for key in ("rot", "trans", "scale")}
-    with pytest.raises(ValueError, match=r"pose\['rot'\] must cover the clip: it has 9 frames, the clip has 12"):
+    with pytest.raises(
+        ValueError, match=r"pose\['rot'\] must cover the clip: it has 9 frames, the clip has 12"
+    ):
         pm.sample_motion(dit, batch.audio[:, P:], batch.ref, normalizer=norm, pose=short, steps=2)
 
 

@@ -61,7 +61,9 @@ _MAX_ABS = 1e6
 
 
 # ------------------------------------------------------------------------------------------ validation
-def _tensor(name: str, x: object, ndim: int | tuple[int, ...] | None = None, *, max_abs: float = _MAX_ABS) -> Tensor:
+def _tensor(
+    name: str, x: object, ndim: int | tuple[int, ...] | None = None, *, max_abs: float = _MAX_ABS
+) -> Tensor:
     if not isinstance(x, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if not x.is_floating_point():
@@ -69,7 +71,9 @@ def _tensor(name: str, x: object, ndim: int | tuple[int, ...] | None = None, *, 
     if ndim is not None:
         dims = (ndim,) if isinstance(ndim, int) else ndim
         if x.ndim not in dims:
-            raise ValueError(f"{name} must have {' or '.join(map(str, dims))} dimensions, got shape {tuple(x.shape)}")
+            raise ValueError(
+                f"{name} must have {' or '.join(map(str, dims))} dimensions, got shape {tuple(x.shape)}"
+            )
     if x.numel() == 0:
         raise ValueError(f"{name} must not be empty, got shape {tuple(x.shape)}")
     finite = torch.isfinite(x)
@@ -111,7 +115,12 @@ def motion_dim(n_keypoints: int) -> int:
 
 def _slices(n_keypoints: int) -> dict[str, slice]:
     k3 = 3 * n_keypoints
-    return {"exp": slice(0, k3), "rot": slice(k3, k3 + 3), "trans": slice(k3 + 3, k3 + 6), "scale": slice(k3 + 6, k3 + 7)}
+    return {
+        "exp": slice(0, k3),
+        "rot": slice(k3, k3 + 3),
+        "trans": slice(k3 + 3, k3 + 6),
+        "scale": slice(k3 + 6, k3 + 7),
+    }
 
 
 # ------------------------------------------------------------------------------------------ keypoints
@@ -137,7 +146,7 @@ def compose_keypoints(canonical: Tensor, exp: Tensor, rot: Tensor, trans: Tensor
         exp: ``[..., K, 3]`` expression deformation ``δ_exp``.
         rot: ``[..., 3]`` head rotation (yaw, pitch, roll) in degrees.
         trans: ``[..., 3]`` translation ``t`` (LivePortrait applies only ``t_x, t_y``: pass ``t_z = 0``).
-        scale: ``[..., 1]`` or ``[...]`` scale ``s``.
+        scale: ``[..., 1]`` scale ``s`` (same number of dimensions as ``rot``).
 
     Returns:
         ``[..., K, 3]`` keypoints (leading dimensions broadcast).
@@ -151,18 +160,25 @@ def compose_keypoints(canonical: Tensor, exp: Tensor, rot: Tensor, trans: Tensor
         if x.ndim < 2 or x.shape[-1] != 3:
             raise ValueError(f"{name} must have shape [..., K, 3], got {tuple(x.shape)}")
     if canonical.shape[-2] != exp.shape[-2]:
-        raise ValueError(f"exp must have as many keypoints as canonical ({canonical.shape[-2]}), got {exp.shape[-2]}")
+        raise ValueError(
+            f"exp must have as many keypoints as canonical ({canonical.shape[-2]}), got {exp.shape[-2]}"
+        )
     for name, x in (("rot", rot), ("trans", trans)):
-        if x.shape[-1] != 3:
+        if x.ndim < 1 or x.shape[-1] != 3:
             raise ValueError(f"{name} must have shape [..., 3], got {tuple(x.shape)}")
-    if scale.ndim >= 1 and scale.shape[-1] == 1 and scale.ndim == rot.ndim:
-        scale = scale[..., 0]
+    if scale.ndim != rot.ndim or scale.shape[-1] != 1:
+        raise ValueError(
+            f"scale must have shape [..., 1] with as many dimensions as rot ({rot.ndim}), got {tuple(scale.shape)}"
+        )
+    scale = scale[..., 0]
     lead = exp.shape[:-2]
     for name, x in (("rot", rot.shape[:-1]), ("trans", trans.shape[:-1]), ("scale", scale.shape)):
         try:
             torch.broadcast_shapes(x, lead)
         except RuntimeError as exc:
-            raise ValueError(f"{name} must broadcast to exp's leading shape {tuple(lead)}, got {tuple(x)}") from exc
+            raise ValueError(
+                f"{name} must broadcast to exp's leading shape {tuple(lead)}, got {tuple(x)}"
+            ) from exc
     try:
         torch.broadcast_shapes(canonical.shape, exp.shape)
     except RuntimeError as exc:
@@ -199,7 +215,9 @@ def unpack_motion(codes: Tensor, n_keypoints: int) -> dict[str, Tensor]:
     k = _positive_int("n_keypoints", n_keypoints)
     codes = _tensor("codes", codes)
     if codes.ndim < 2 or codes.shape[-1] != motion_dim(k):
-        raise ValueError(f"codes must have shape [..., T, {motion_dim(k)}] for {k} keypoints, got {tuple(codes.shape)}")
+        raise ValueError(
+            f"codes must have shape [..., T, {motion_dim(k)}] for {k} keypoints, got {tuple(codes.shape)}"
+        )
     s = _slices(k)
     return {
         "exp": codes[..., s["exp"]].unflatten(-1, (k, 3)),
@@ -259,7 +277,9 @@ class MotionNormalizer:
         mean = flat.mean(0)
         centred = flat - mean
         std = torch.empty(self.dim, dtype=torch.float64)
-        groups = _slices(self.n_keypoints).items() if self.mode == "attribute" else [("codes", slice(0, self.dim))]
+        groups = (
+            _slices(self.n_keypoints).items() if self.mode == "attribute" else [("codes", slice(0, self.dim))]
+        )
         for name, sl in groups:
             s = float(centred[:, sl].pow(2).mean().sqrt())
             if not s > 0:
@@ -354,7 +374,9 @@ class AudioToMotionDiT(nn.Module):
         with isolated_rng(seed):
             w = self.width
             self.in_proj = nn.Linear(self.motion_dim, w)
-            self.audio_proj = nn.Conv1d(self.audio_dim, w, 2 * self.audio_window + 1, padding=self.audio_window)
+            self.audio_proj = nn.Conv1d(
+                self.audio_dim, w, 2 * self.audio_window + 1, padding=self.audio_window
+            )
             self.null_audio = nn.Parameter(torch.randn(w) * 0.02)
             self.ref_proj = nn.Linear(self.ref_dim, w)
             self.pos = nn.Parameter(torch.randn(self.n_prev + self.n_frames, w) * 0.02)
@@ -369,7 +391,9 @@ class AudioToMotionDiT(nn.Module):
                 nn.init.zeros_(lin.weight)
                 nn.init.zeros_(lin.bias)
 
-    def check_inputs(self, x: Tensor, t: Tensor | float, audio: Tensor, ref: Tensor, prev: Tensor | None) -> tuple:
+    def check_inputs(
+        self, x: Tensor, t: Tensor | float, audio: Tensor, ref: Tensor, prev: Tensor | None
+    ) -> tuple:
         """Validate one call's inputs; returns ``(x, t [B], audio, ref, prev)``."""
         x = _tensor("x", x, 3)
         b, n_t, d = x.shape
@@ -474,7 +498,9 @@ class EmotionControlBranch(nn.Module):
         seed: initialisation seed of the new layers.
     """
 
-    def __init__(self, dit: AudioToMotionDiT, n_emotions: int, n_blocks: int | None = None, *, seed: int = 0) -> None:
+    def __init__(
+        self, dit: AudioToMotionDiT, n_emotions: int, n_blocks: int | None = None, *, seed: int = 0
+    ) -> None:
         super().__init__()
         if not isinstance(dit, AudioToMotionDiT):
             raise TypeError(f"dit must be an AudioToMotionDiT, got {type(dit).__name__}")
@@ -561,9 +587,9 @@ def guided_velocity(dit: AudioToMotionDiT, x: Tensor, t: Tensor | float, audio: 
     # batch the passes: (audio, emotion), then (audio, ∅) when needed, then (∅, ∅) when needed
     xs, masks, emos = [x], [on], [emo]
     if use_e:
-        xs, masks, emos = xs + [x], masks + [on], emos + [null]
+        xs, masks, emos = [*xs, x], [*masks, on], [*emos, null]
     if use_a:
-        xs, masks, emos = xs + [x], masks + [off], emos + [null]
+        xs, masks, emos = [*xs, x], [*masks, off], [*emos, null]
     k = len(xs)
     rep = (lambda z: None if z is None else torch.cat([z] * k)) if k > 1 else (lambda z: z)
     v = _velocity(dit, branch, torch.cat(xs), rep(t), rep(audio), rep(ref), rep(prev), torch.cat(masks),
@@ -634,7 +660,11 @@ def sample_motion(dit: AudioToMotionDiT, audio: Tensor, ref: Tensor, *, normaliz
                 )
             raw[key] = p[:, :n_t].to(audio.dtype)
         full = torch.zeros(b, n_t, d, dtype=audio.dtype)
-        full[..., sl["rot"]], full[..., sl["trans"]], full[..., sl["scale"]] = raw["rot"], raw["trans"], raw["scale"]
+        full[..., sl["rot"]], full[..., sl["trans"]], full[..., sl["scale"]] = (
+            raw["rot"],
+            raw["trans"],
+            raw["scale"],
+        )
         pose_z = normalizer.transform(full)[..., k * 3 :]
     prev_z = None
     if prev is not None:
@@ -680,7 +710,14 @@ def _check_training(dit, normalizer, codes, audio, ref, steps, batch_size, lr):
     ref = _tensor("ref", ref, 2)
     if tuple(ref.shape) != (n, dit.ref_dim):
         raise ValueError(f"ref must have shape [{n}, {dit.ref_dim}], got {tuple(ref.shape)}")
-    return codes, audio, ref, _positive_int("steps", steps), _positive_int("batch_size", batch_size), _real("lr", lr, 1e-8, 1.0)
+    return (
+        codes,
+        audio,
+        ref,
+        _positive_int("steps", steps),
+        _positive_int("batch_size", batch_size),
+        _real("lr", lr, 1e-8, 1.0),
+    )
 
 
 def _flow_batch(dit, normalizer, codes, audio, ref, idx, g, p_drop_audio, p_drop_prev):
@@ -708,7 +745,9 @@ def train_stage1(dit: AudioToMotionDiT, normalizer: MotionNormalizer, codes: Ten
     Returns:
         The training loss per step.
     """
-    codes, audio, ref, steps, batch_size, lr = _check_training(dit, normalizer, codes, audio, ref, steps, batch_size, lr)
+    codes, audio, ref, steps, batch_size, lr = _check_training(
+        dit, normalizer, codes, audio, ref, steps, batch_size, lr
+    )
     p_drop_audio = _real("p_drop_audio", p_drop_audio, 0.0, 1.0)
     p_drop_prev = _real("p_drop_prev", p_drop_prev, 0.0, 1.0)
     g = make_generator(seed)
@@ -717,7 +756,9 @@ def train_stage1(dit: AudioToMotionDiT, normalizer: MotionNormalizer, codes: Ten
     losses = []
     for _ in range(steps):
         idx = torch.randint(0, codes.shape[0], (min(batch_size, codes.shape[0]),), generator=g)
-        xt, t, target, a, r, prev, am, pm = _flow_batch(dit, normalizer, codes, audio, ref, idx, g, p_drop_audio, p_drop_prev)
+        xt, t, target, a, r, prev, am, pm = _flow_batch(
+            dit, normalizer, codes, audio, ref, idx, g, p_drop_audio, p_drop_prev
+        )
         h, c = dit.embed(xt, t, a, r, prev, am, pm)
         loss = (dit.run_blocks(h, c) - target).pow(2).mean()
         opt.zero_grad(set_to_none=True)
@@ -743,10 +784,14 @@ def train_stage2(branch: EmotionControlBranch, dit: AudioToMotionDiT, normalizer
     """
     if not isinstance(branch, EmotionControlBranch):
         raise TypeError(f"branch must be an EmotionControlBranch, got {type(branch).__name__}")
-    codes, audio, ref, steps, batch_size, lr = _check_training(dit, normalizer, codes, audio, ref, steps, batch_size, lr)
+    codes, audio, ref, steps, batch_size, lr = _check_training(
+        dit, normalizer, codes, audio, ref, steps, batch_size, lr
+    )
     emotion = branch.check_emotion(emotion, codes.shape[0])
     if bool((emotion == branch.n_emotions).any()):
-        raise ValueError(f"emotion must be a real class in [0, {branch.n_emotions - 1}] for training, got the null id")
+        raise ValueError(
+            f"emotion must be a real class in [0, {branch.n_emotions - 1}] for training, got the null id"
+        )
     p_drop_audio = _real("p_drop_audio", p_drop_audio, 0.0, 1.0)
     p_drop_emotion = _real("p_drop_emotion", p_drop_emotion, 0.0, 1.0)
     p_drop_prev = _real("p_drop_prev", p_drop_prev, 0.0, 1.0)
@@ -758,8 +803,12 @@ def train_stage2(branch: EmotionControlBranch, dit: AudioToMotionDiT, normalizer
     losses = []
     for _ in range(steps):
         idx = torch.randint(0, codes.shape[0], (min(batch_size, codes.shape[0]),), generator=g)
-        xt, t, target, a, r, prev, am, pm = _flow_batch(dit, normalizer, codes, audio, ref, idx, g, p_drop_audio, p_drop_prev)
-        emo = torch.where(torch.rand(idx.shape[0], generator=g) < p_drop_emotion, branch.n_emotions, emotion[idx])
+        xt, t, target, a, r, prev, am, pm = _flow_batch(
+            dit, normalizer, codes, audio, ref, idx, g, p_drop_audio, p_drop_prev
+        )
+        emo = torch.where(
+            torch.rand(idx.shape[0], generator=g) < p_drop_emotion, branch.n_emotions, emotion[idx]
+        )
         h, c = dit.embed(xt, t, a, r, prev, am, pm)
         loss = (dit.run_blocks(h, c, branch(h, c, emo)) - target).pow(2).mean()
         opt.zero_grad(set_to_none=True)
@@ -830,20 +879,30 @@ class SyntheticTalkingFaces:
         self.audio_dim = _positive_int("audio_dim", audio_dim)
         self.n_nuisance = _positive_int("n_nuisance", n_nuisance, 0)
         if self.audio_dim < self.n_nuisance + 1:
-            raise ValueError(f"audio_dim must be >= n_nuisance + 1 = {self.n_nuisance + 1}, got {self.audio_dim}")
+            raise ValueError(
+                f"audio_dim must be >= n_nuisance + 1 = {self.n_nuisance + 1}, got {self.audio_dim}"
+            )
         self.n_keypoints = _positive_int("n_keypoints", n_keypoints, 20)
         if self.n_keypoints != 20:
             raise ValueError(f"n_keypoints must be 20 (the template's layout), got {self.n_keypoints}")
         rng = np.random.default_rng(seed)
         self.template = _template(self.n_keypoints)
-        self.canonical = self.template[None] + 0.03 * rng.standard_normal((self.n_identities, self.n_keypoints, 3))
+        self.canonical = self.template[None] + 0.03 * rng.standard_normal(
+            (self.n_identities, self.n_keypoints, 3)
+        )
         self.mix = rng.standard_normal((self.audio_dim, 1 + self.n_nuisance)) / math.sqrt(1 + self.n_nuisance)
         off = np.zeros((max(self.n_emotions, 4), self.n_keypoints, 3))
         off[1, [13, 14], 1], off[1, 13, 0], off[1, 14, 0] = 0.015, -0.008, 0.008  # happy: corners up and out
         off[2, [13, 14], 1], off[2, [1, 2], 1] = -0.012, 0.01  # sad: corners down, inner brows up
-        off[3, [0, 1, 2, 3], 1], off[3, 1, 0], off[3, 2, 0] = -0.012, 0.006, -0.006  # angry: brows down and in
+        off[3, [0, 1, 2, 3], 1], off[3, 1, 0], off[3, 2, 0] = (
+            -0.012,
+            0.006,
+            -0.006,
+        )  # angry: brows down and in
         for e in range(4, self.n_emotions):
-            off[e] = 0.012 * rng.standard_normal((self.n_keypoints, 3)) * (rng.random((self.n_keypoints, 1)) < 0.3)
+            off[e] = (
+                0.012 * rng.standard_normal((self.n_keypoints, 3)) * (rng.random((self.n_keypoints, 1)) < 0.3)
+            )
         self.emotion_offsets = off[: self.n_emotions]
 
     def sample(self, n: int, n_frames: int, *, seed: int = 0, emotion: int | None = None) -> TalkingFaceBatch:
@@ -859,7 +918,11 @@ class SyntheticTalkingFaces:
         env = 1 / (1 + np.exp(-4 * (z / z.std() - 0.2)))
         gate = _smooth((rng.random((n, f)) > 0.15).astype(float), 2)
         env = np.clip(env * gate, 0, 1)
-        nuis = _smooth(rng.standard_normal((n, f, self.n_nuisance)), 3) if self.n_nuisance else np.zeros((n, f, 0))
+        nuis = (
+            _smooth(rng.standard_normal((n, f, self.n_nuisance)), 3)
+            if self.n_nuisance
+            else np.zeros((n, f, 0))
+        )
         nuis = nuis / (nuis.std() + 1e-12) * 0.3 if self.n_nuisance else nuis
         src = np.concatenate([env[..., None], nuis], -1)
         audio = src @ self.mix.T + 0.02 * rng.standard_normal((n, f, self.audio_dim))
@@ -870,9 +933,17 @@ class SyntheticTalkingFaces:
         exp[:, :, self.LOWER_LIP, 1] -= 0.02 * env
         exp[:, :, 17, 1] -= 0.012 * env
         exp += 0.0005 * rng.standard_normal(exp.shape)
-        rot = 8 * rng.standard_normal((n, 1, 3)) + np.cumsum(_smooth(rng.standard_normal((n, f, 3)), 2), 1) * 1.5
-        trans = 0.08 * rng.standard_normal((n, 1, 3)) + np.cumsum(_smooth(rng.standard_normal((n, f, 3)), 2), 1) * 0.01
-        scale = 1 + 0.05 * rng.standard_normal((n, 1, 1)) + 0.002 * np.cumsum(rng.standard_normal((n, f, 1)), 1)
+        rot = (
+            8 * rng.standard_normal((n, 1, 3))
+            + np.cumsum(_smooth(rng.standard_normal((n, f, 3)), 2), 1) * 1.5
+        )
+        trans = (
+            0.08 * rng.standard_normal((n, 1, 3))
+            + np.cumsum(_smooth(rng.standard_normal((n, f, 3)), 2), 1) * 0.01
+        )
+        scale = (
+            1 + 0.05 * rng.standard_normal((n, 1, 1)) + 0.002 * np.cumsum(rng.standard_normal((n, f, 1)), 1)
+        )
         codes = np.concatenate([exp.reshape(n, f, 3 * k), rot, trans, scale], -1)
         as_t = lambda a: torch.as_tensor(a, dtype=torch.float32)  # noqa: E731
         return TalkingFaceBatch(codes=as_t(codes), audio=as_t(audio), envelope=as_t(env),

@@ -73,11 +73,15 @@ def wav2vec2_frame_features(model: Wav2Vec2Model, waveform: Tensor | np.ndarray,
     if not bool(torch.isfinite(waveform).all()):
         raise ValueError("waveform must be finite; got NaN or Inf samples")
     if waveform.shape[1] < 400:
-        raise ValueError(f"waveform must hold at least 400 samples (25 ms at 16 kHz), got {waveform.shape[1]}")
+        raise ValueError(
+            f"waveform must hold at least 400 samples (25 ms at 16 kHz), got {waveform.shape[1]}"
+        )
     x = waveform.float()
     if feature_extractor is not None:
         if not isinstance(feature_extractor, Wav2Vec2FeatureExtractor):
-            raise TypeError(f"feature_extractor must be a Wav2Vec2FeatureExtractor, got {type(feature_extractor).__name__}")
+            raise TypeError(
+                f"feature_extractor must be a Wav2Vec2FeatureExtractor, got {type(feature_extractor).__name__}"
+            )
         x = feature_extractor(list(x.numpy()), sampling_rate=sampling_rate, return_tensors="pt").input_values
     with torch.no_grad():
         out = model(x, output_hidden_states=layer is not None)

@@ -121,12 +121,20 @@ def checks(setting: Setting) -> list[Check]:
     if not setting.stage2_steps:
         return [
             Check(f"lip-sync >= {LIPSYNC_QUICK:g}", lambda m: m["lipsync"] >= LIPSYNC_QUICK),
-            Check("lip-sync > shuffled-audio lip-sync", lambda m: m["lipsync"] > m["baseline_lipsync_shuffled"]),
-            Check("zero-init emotion branch leaves stage-1 outputs unchanged", lambda m: m["zero_init_max_diff"] == 0),
+            Check(
+                "lip-sync > shuffled-audio lip-sync", lambda m: m["lipsync"] > m["baseline_lipsync_shuffled"]
+            ),
+            Check(
+                "zero-init emotion branch leaves stage-1 outputs unchanged",
+                lambda m: m["zero_init_max_diff"] == 0,
+            ),
         ]
     return [
         Check(f"lip-sync >= {LIPSYNC_FULL:g}", lambda m: m["lipsync"] >= LIPSYNC_FULL),
-        Check(f"shuffled-audio lip-sync <= {SHUFFLED_MAX:g}", lambda m: m["baseline_lipsync_shuffled"] <= SHUFFLED_MAX),
+        Check(
+            f"shuffled-audio lip-sync <= {SHUFFLED_MAX:g}",
+            lambda m: m["baseline_lipsync_shuffled"] <= SHUFFLED_MAX,
+        ),
         Check(
             f"imposed pose: error <= {POSE_TOL:g} and lip-sync within {LIPSYNC_DELTA:g}",
             lambda m: m["pose_error"] <= POSE_TOL and abs(m["lipsync_pose"] - m["lipsync"]) <= LIPSYNC_DELTA,
@@ -135,7 +143,10 @@ def checks(setting: Setting) -> list[Check]:
             f"lip-sync >= joint-scale (un-normalised) lip-sync + {NORM_GAP:g}",
             lambda m: m["lipsync"] >= m["lipsync_joint_scale"] + NORM_GAP,
         ),
-        Check(f"emotion classifier on ground truth >= {CLASSIFIER_MIN:g}", lambda m: m["classifier_acc"] >= CLASSIFIER_MIN),
+        Check(
+            f"emotion classifier on ground truth >= {CLASSIFIER_MIN:g}",
+            lambda m: m["classifier_acc"] >= CLASSIFIER_MIN,
+        ),
         Check(f"stage-2 emotion accuracy >= {EMOTION_MIN:g}", lambda m: m["emotion_acc"] >= EMOTION_MIN),
         Check(
             f"stage-1 emotion accuracy <= {STAGE1_EMOTION_MAX:g}",
@@ -166,7 +177,9 @@ def _features(exp: torch.Tensor) -> np.ndarray:
     return exp.mean(1).flatten(1).numpy()
 
 
-def evaluate(setting: Setting, seed: int = 0, out_dir: str | Path | None = None, variant: str = "none") -> Report:
+def evaluate(
+    setting: Setting, seed: int = 0, out_dir: str | Path | None = None, variant: str = "none"
+) -> Report:
     """Measure every metric of :func:`checks` (``variant="joint_scale"``: the broken variant)."""
     if variant not in ("none", "joint_scale"):
         raise ValueError(f"variant must be 'none' or 'joint_scale', got {variant!r}")
@@ -243,11 +256,17 @@ def evaluate(setting: Setting, seed: int = 0, out_dir: str | Path | None = None,
         losses2 = train_stage2(branch, dit, norm, tr.codes, audio_tr, tr.ref, tr.emotion, steps=s.stage2_steps,
                                batch_size=s.batch_size, lr=s.lr, seed=seed + 4)  # fmt: skip
         metrics["stage2_loss_last50"] = float(np.mean(losses2[-50:]))
-        metrics["stage1_identical"] = float(all(torch.equal(before[n], v) for n, v in dit.state_dict().items()))
-        requested = torch.randint(0, faces.n_emotions, (s.n_test,), generator=torch.Generator().manual_seed(seed + 5))
+        metrics["stage1_identical"] = float(
+            all(torch.equal(before[n], v) for n, v in dit.state_dict().items())
+        )
+        requested = torch.randint(
+            0, faces.n_emotions, (s.n_test,), generator=torch.Generator().manual_seed(seed + 5)
+        )
         emo = gen(dit, norm, audio_te, branch=branch, emotion=requested)
         metrics["emotion_acc"] = float((clf.predict(_features(emo["exp"])) == requested.numpy()).mean())
-        metrics["stage1_emotion_acc"] = float((clf.predict(_features(base["exp"])) == requested.numpy()).mean())
+        metrics["stage1_emotion_acc"] = float(
+            (clf.predict(_features(base["exp"])) == requested.numpy()).mean()
+        )
         metrics["lipsync_emotion"] = sync(emo)
         acc = {"stage 2 (label)": metrics["emotion_acc"], "stage 1 (no label)": metrics["stage1_emotion_acc"],
                "ground truth": metrics["classifier_acc"]}  # fmt: skip
@@ -273,7 +292,9 @@ def evaluate(setting: Setting, seed: int = 0, out_dir: str | Path | None = None,
     )
 
 
-def plot(out_dir: str | Path, envelope: torch.Tensor, curves: dict[str, torch.Tensor], acc: dict[str, float]) -> Path:
+def plot(
+    out_dir: str | Path, envelope: torch.Tensor, curves: dict[str, torch.Tensor], acc: dict[str, float]
+) -> Path:
     """Mouth opening vs the audio envelope on one test clip; emotion accuracies."""
     fig, (ax, ax2) = new_figure(1, 2, figsize=(11, 4))
     scale = float(curves["method"].std()) / max(float(envelope.std()), 1e-12)
