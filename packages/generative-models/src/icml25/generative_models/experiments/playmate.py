@@ -297,12 +297,15 @@ def plot(
 ) -> Path:
     """Mouth opening vs the audio envelope on one test clip; emotion accuracies."""
     fig, (ax, ax2) = new_figure(1, 2, figsize=(11, 4))
-    scale = float(curves["method"].std()) / max(float(envelope.std()), 1e-12)
-    ax.plot((envelope - envelope.mean()) * scale, "k--", lw=1.5, label="audio envelope (scaled)")
+
+    def std(v: torch.Tensor) -> np.ndarray:
+        return ((v - v.mean()) / v.std().clamp_min(1e-12)).numpy()
+
+    ax.plot(std(envelope), "k--", lw=1.5, label="audio envelope")
     for name, c in curves.items():
-        ax.plot((c - c.mean()).numpy(), lw=1.2, label=name)
+        ax.plot(std(c), lw=1.2, label=f"{name} (raw std {float(c.std()):.2g})")
     ax.set_xlabel("frame")
-    ax.set_ylabel("mouth opening (centred)")
+    ax.set_ylabel("mouth opening (standardised)")
     ax.legend(fontsize=8)
     ax.set_title("P41 Playmate: lip sync on a test clip")
     if acc:
