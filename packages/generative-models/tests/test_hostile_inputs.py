@@ -1784,6 +1784,92 @@ def _p16_specs() -> list[HostileSpec]:
 
 SPECS += _p16_specs()
 
+# ---- P41 Playmate --------------------------------------------------------------------------------------
+
+
+def _p41_specs() -> list[HostileSpec]:
+    """P41 Playmate: keypoints, motion codes, normaliser, stage-1 DiT, emotion branch, sampler, training."""
+    k, t, a = 20, 6, 4
+    faces = gm.SyntheticTalkingFaces(audio_dim=a, n_nuisance=2, seed=0)
+    batch = faces.sample(4, t, seed=1)
+    m = gm.unpack_motion(batch.codes, k)
+    norm = gm.MotionNormalizer(k).fit(batch.codes)
+
+    def _dit():
+        return gm.AudioToMotionDiT(3 * k + 7, a, 3 * k, t, width=8, depth=1, heads=2, seed=0)
+
+    dit = _dit()
+    branch = gm.EmotionControlBranch(dit, faces.n_emotions, seed=0)
+    x = torch.randn(4, t, 3 * k + 7, generator=torch.Generator().manual_seed(41))
+    pose = {key: m[key] for key in ("rot", "trans", "scale")}
+
+    def _fit():
+        nm = gm.MotionNormalizer(k)
+        return nm.fit, {"codes": batch.codes}, nm
+
+    def _train1():
+        net = _dit()
+
+        def fn(codes, audio, ref, lr):
+            return gm.train_stage1(net, norm, codes, audio, ref, steps=2, batch_size=2, lr=lr)[-1]
+
+        return fn, {"codes": batch.codes, "audio": batch.audio, "ref": batch.ref, "lr": 1e-3}, net
+
+    def _train2():
+        net = _dit()
+        br = gm.EmotionControlBranch(net, faces.n_emotions, seed=0)
+
+        def fn(codes, audio, ref, emotion):
+            return gm.train_stage2(br, net, norm, codes, audio, ref, emotion, steps=2, batch_size=2)[-1]
+
+        return (
+            fn,
+            {"codes": batch.codes, "audio": batch.audio, "ref": batch.ref, "emotion": batch.emotion},
+            br,
+        )
+
+    same = "constant keypoints / motion / audio are valid (degenerate) inputs with a finite answer"
+    const = {"constant": same}
+    return [
+        HostileSpec("compose_keypoints", gm.compose_keypoints,
+                    {"canonical": batch.ref[0].reshape(k, 3), "exp": m["exp"][0], "rot": m["rot"][0],
+                     "trans": m["trans"][0], "scale": m["scale"][0]},
+                    ("canonical", "exp", "rot", "trans", "scale"), allow=const),
+        HostileSpec("pack_motion", lambda exp, rot, trans, scale: gm.pack_motion(
+                        {"exp": exp, "rot": rot, "trans": trans, "scale": scale}),
+                    {"exp": m["exp"], "rot": m["rot"], "trans": m["trans"], "scale": m["scale"]},
+                    ("exp", "rot", "trans", "scale"), allow=const),
+        HostileSpec("unpack_motion", lambda codes: gm.unpack_motion(codes, k), {"codes": batch.codes}, ("codes",),
+                    allow=const),
+        HostileSpec("mouth_opening", lambda exp: gm.mouth_opening(exp, 11, 12), {"exp": m["exp"]}, ("exp",),
+                    allow=const),
+        HostileSpec("MotionNormalizer.fit", setup=_fit, arrays=("codes",), covers=("MotionNormalizer",)),
+        HostileSpec("MotionNormalizer.transform", norm.transform, {"codes": batch.codes}, ("codes",), allow=const,
+                    covers=("MotionNormalizer",)),
+        HostileSpec("MotionNormalizer.inverse_transform", norm.inverse_transform, {"z": x}, ("z",), allow=const,
+                    covers=("MotionNormalizer",)),
+        HostileSpec("AudioToMotionDiT.forward", lambda x, t, audio, ref: dit(x, t, audio, ref).detach(),
+                    {"x": x, "t": 0.5, "audio": batch.audio, "ref": batch.ref}, ("x", "t", "audio", "ref"),
+                    allow=const, covers=("AudioToMotionDiT",)),
+        HostileSpec("guided_velocity", lambda x, audio, ref, emotion, cfg_audio, cfg_emotion: gm.guided_velocity(
+                        dit, x, 0.5, audio, ref, branch=branch, emotion=emotion, cfg_audio=cfg_audio,
+                        cfg_emotion=cfg_emotion).detach(),
+                    {"x": x, "audio": batch.audio, "ref": batch.ref, "emotion": batch.emotion, "cfg_audio": 2.0,
+                     "cfg_emotion": 2.0}, ("x", "audio", "ref", "emotion", "cfg_audio", "cfg_emotion"),
+                    allow=const, covers=("guided_velocity", "EmotionControlBranch")),
+        HostileSpec("sample_motion", lambda audio, ref, pose, steps: gm.sample_motion(
+                        dit, audio, ref, normalizer=norm, pose=pose, steps=steps, seed=0),
+                    {"audio": batch.audio, "ref": batch.ref, "pose": pose, "steps": 2},
+                    ("audio", "ref", ("pose", "rot"), ("pose", "scale"), "steps"), allow=const),
+        HostileSpec("train_stage1", setup=_train1, arrays=("codes", "audio", "ref", "lr"), allow=const),
+        HostileSpec("train_stage2", setup=_train2, arrays=("codes", "audio", "ref", "emotion"), allow=const),
+        HostileSpec("SyntheticTalkingFaces", lambda n: gm.SyntheticTalkingFaces(seed=0).sample(n, 5).codes,
+                    {"n": 3}, ("n",)),
+    ]  # fmt: skip
+
+
+SPECS += _p41_specs()
+
 
 EXCLUDED = {
     "Geo2SeqDecodeError": "an exception class (raised by decode), not a user entry point",
