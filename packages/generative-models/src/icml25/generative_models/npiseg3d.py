@@ -859,7 +859,7 @@ class InteractiveSegmenter(nn.Module):
             opt.zero_grad()
             loss.backward()
             opt.step()
-            losses.append(float(loss))
+            losses.append(float(loss.detach()))
         self.eval()
         return losses
 

@@ -20,9 +20,9 @@ the per-point uncertainty for detecting errors (pooled over scenes and click cou
 Pass rule (:func:`checks`), written before running from the reproduction plan and its second review. Full:
 both models mIoU@5 ≥ 0.80; NP uncertainty AUROC ≥ 0.75 in domain and ≥ 0.70 out of domain; mean per-point
 variance ≥ 1e-4 and mean σ ≥ 1e-3; NP AUROC ≥ baseline AUROC − 0.03; NP mIoU@1 and @3 ≥ baseline − 0.04
-(one seed per model). Quick (60 scenes, 1 decoder round): the training loss decreases, the KL is finite, NP
-AUROC > 0.6, the variance floor, and NP AUROC ≥ baseline − 0.03 (the claim's direction: uncertainty no worse
-than the trivial softmax signal). The broken variant (``variant="collapsed_sigma"``: every latent σ forced to
+(one seed per model). Quick (60 scenes of 512 points, 1 decoder round): the training loss decreases, the KL
+is finite, NP AUROC > 0.6, the variance floor, and NP mIoU@1 and @3 ≥ baseline − 0.04 (the claim's
+direction: no accuracy cost). The broken variant (``variant="collapsed_sigma"``: every latent σ forced to
 0, so the samples agree) fails the quick gate.
 
 Run: ``python -m icml25.generative_models.experiments.npiseg3d [--full] [--seed N] [--out DIR]``.
@@ -94,9 +94,9 @@ class Setting:
     rounds: int
     """Decoder rounds; the NP head runs in the last (paper 4 rounds, NP from round 3; brief 2)."""
     steps: int
-    """Training steps, one scene each (paper 600 epochs, batch 6; ours fit to ≈ 90 s per model on one core)."""
+    """Training steps, one scene each (paper 600 epochs, batch 6; ours 300, ≤ 90 s per model on one idle core)."""
     max_clicks: int
-    """Clicks per object in the iterative evaluation and the NoC cap (paper 20; ours 8)."""
+    """Clicks per object in the iterative evaluation and the NoC cap (paper 20; ours 6)."""
     ood: bool
     """Also evaluate on the out-of-domain (tori and cones) scenes."""
     dim: int = 64
@@ -107,25 +107,25 @@ class Setting:
     """Adam learning rate (paper AdamW 5e-4)."""
 
 
-FULL = Setting(n_train=600, n_test=100, n_points=1024, rounds=2, steps=450, max_clicks=8, ood=True)
+FULL = Setting(n_train=600, n_test=100, n_points=1024, rounds=2, steps=300, max_clicks=6, ood=True)
 QUICK = Setting(n_train=48, n_test=12, n_points=512, rounds=1, steps=50, max_clicks=3, ood=False)
 
 
 def checks(setting: Setting) -> list[Check]:
     """The pass rule of ``setting`` (see the module docstring)."""
-    floor = [
-        Check(f"NP mean per-point variance >= {VAR_MIN:g}", lambda m: m["np_mean_var"] >= VAR_MIN),
-        Check(
-            f"NP AUROC >= baseline softmax AUROC - {AUROC_VS_BASE:g}",
-            lambda m: m["np_auroc_id"] >= m["baseline_auroc_id"] - AUROC_VS_BASE,
-        ),
-    ]
+    var_floor = Check(f"NP mean per-point variance >= {VAR_MIN:g}", lambda m: m["np_mean_var"] >= VAR_MIN)
+    no_cost = Check(
+        f"NP mIoU@1 and @3 >= baseline - {MIOU_VS_BASE:g}",
+        lambda m: min(m["np_miou1_id"] - m["baseline_miou1_id"], m["np_miou3_id"] - m["baseline_miou3_id"])
+        >= -MIOU_VS_BASE,
+    )
     if not setting.ood:
         return [
             Check("training loss decreases", lambda m: m["np_loss_last"] < m["np_loss_first"]),
             Check("KL finite", lambda m: math.isfinite(m["np_kl_last"])),
             Check(f"NP uncertainty AUROC > {AUROC_QUICK_MIN:g}", lambda m: m["np_auroc_id"] > AUROC_QUICK_MIN),
-            *floor,
+            var_floor,
+            no_cost,
         ]
     return [
         Check(
@@ -135,12 +135,12 @@ def checks(setting: Setting) -> list[Check]:
         Check(f"NP AUROC in domain >= {AUROC_ID_MIN:g}", lambda m: m["np_auroc_id"] >= AUROC_ID_MIN),
         Check(f"NP AUROC out of domain >= {AUROC_OOD_MIN:g}", lambda m: m["np_auroc_ood"] >= AUROC_OOD_MIN),
         Check(f"NP mean sigma >= {SIGMA_MIN:g}", lambda m: m["np_mean_sigma"] >= SIGMA_MIN),
-        *floor,
+        var_floor,
         Check(
-            f"NP mIoU@1 and @3 >= baseline - {MIOU_VS_BASE:g}",
-            lambda m: min(m["np_miou1_id"] - m["baseline_miou1_id"], m["np_miou3_id"] - m["baseline_miou3_id"])
-            >= -MIOU_VS_BASE,
+            f"NP AUROC >= baseline softmax AUROC - {AUROC_VS_BASE:g}",
+            lambda m: m["np_auroc_id"] >= m["baseline_auroc_id"] - AUROC_VS_BASE,
         ),
+        no_cost,
     ]
 
 
