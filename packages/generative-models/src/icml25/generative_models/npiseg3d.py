@@ -272,7 +272,9 @@ class HierarchicalNPHead(ClickAttentionHead):
         eps = torch.randn((self.n_samples, *mu_o.shape), generator=gen, dtype=mu_o.dtype)
         z = mu_o[None] + sig_o[None] * eps  # [S, n_cls, D]
         gamma, beta = self.film(z).chunk(2, dim=-1)
-        qs = gamma[:, click_obj].transpose(0, 1) * q[:, None] + beta[:, click_obj].transpose(0, 1)  # [C, S, D]
+        qs = gamma[:, click_obj].transpose(0, 1) * q[:, None] + beta[:, click_obj].transpose(
+            0, 1
+        )  # [C, S, D]
         return _max_over_clicks(point_feats, qs, click_obj, mu_o.shape[0])
 
     def forward(self, point_feats: torch.Tensor, click_feats: torch.Tensor, click_obj: torch.Tensor,
@@ -307,7 +309,9 @@ class HierarchicalNPHead(ClickAttentionHead):
         return out
 
 
-def gaussian_kl(mu_q: torch.Tensor, sig_q: torch.Tensor, mu_p: torch.Tensor, sig_p: torch.Tensor) -> torch.Tensor:
+def gaussian_kl(
+    mu_q: torch.Tensor, sig_q: torch.Tensor, mu_p: torch.Tensor, sig_p: torch.Tensor
+) -> torch.Tensor:
     """``Σ KL(N(μ_q, σ_q²) ‖ N(μ_p, σ_p²))`` over all entries (σ floored at 1e-6)."""
     sig_q, sig_p = sig_q.clamp_min(1e-6), sig_p.clamp_min(1e-6)
     return (torch.log(sig_p / sig_q) + (sig_q**2 + (mu_q - mu_p) ** 2) / (2 * sig_p**2) - 0.5).sum()
@@ -433,7 +437,7 @@ def make_scene(
     for i in range(n_obj):
         kind = kinds[int(rng.integers(len(kinds)))]
         p = _surface(kind, int(counts[i]), float(sizes[i]), rng)
-        pts.append(p + [centres[i, 0], centres[i, 1], 0.0])
+        pts.append(p + np.array([centres[i, 0], centres[i, 1], 0.0]))
         labels.append(np.full(int(counts[i]), i + 1))
     lo_xy = (centres - sizes[:, None]).min(0) - 0.25
     hi_xy = (centres + sizes[:, None]).max(0) + 0.25
@@ -457,7 +461,9 @@ def _points_array(points: object, name: str = "points", min_points: int = 1) -> 
     if points.ndim != 2 or points.shape[1] != 3:
         raise ValueError(f"{name} must have shape (P, 3), got {points.shape}")
     if points.shape[0] < min_points:
-        raise ValueError(f"{name} must have at least {min_points} points (k of the kNN graph), got {points.shape[0]}")
+        raise ValueError(
+            f"{name} must have at least {min_points} points (k of the kNN graph), got {points.shape[0]}"
+        )
     if not np.isfinite(points).all():
         raise ValueError(f"{name} must be finite; got {int(np.isnan(points).sum())} NaN and "
                          f"{int(np.isinf(points).sum())} Inf values in an array of shape {points.shape}")  # fmt: skip
@@ -536,7 +542,9 @@ def simulate_clicks(
     gt = _labels_array(gt_labels, "gt_labels", n)
     pred = None if pred_labels is None else _labels_array(pred_labels, "pred_labels", n)
     if strategy not in ("center_of_largest_error", "uncertainty_weighted"):
-        raise ValueError(f"strategy must be 'center_of_largest_error' or 'uncertainty_weighted', got {strategy!r}")
+        raise ValueError(
+            f"strategy must be 'center_of_largest_error' or 'uncertainty_weighted', got {strategy!r}"
+        )
     weight = None
     if strategy == "uncertainty_weighted":
         if uncertainty is None:
@@ -563,7 +571,9 @@ def _simulate(points, gt, pred, weight, neighbors) -> list[Click]:
 # -------------------------------------------------------------------------------------------- metrics
 def object_ious(pred_labels: np.ndarray, gt_labels: np.ndarray) -> np.ndarray:
     """IoU of every object ``1..O`` of ``gt_labels`` (background 0 excluded) → ``[O]``."""
-    gt = _labels_array(gt_labels, "gt_labels", np.asarray(gt_labels).shape[0] if hasattr(gt_labels, "shape") else -1)
+    gt = _labels_array(
+        gt_labels, "gt_labels", np.asarray(gt_labels).shape[0] if hasattr(gt_labels, "shape") else -1
+    )
     pred = _labels_array(pred_labels, "pred_labels", gt.shape[0])
     if gt.size == 0:
         raise ValueError("gt_labels must be non-empty")
@@ -581,7 +591,11 @@ def object_ious(pred_labels: np.ndarray, gt_labels: np.ndarray) -> np.ndarray:
 def noc_at(iou_curve: np.ndarray, threshold: float = 0.8, max_clicks: int | None = None) -> float:
     """Mean number of clicks per object to reach ``threshold`` IoU: ``iou_curve [N, K]`` holds the IoU after
     1..K clicks; a curve that never reaches it counts ``max_clicks`` (default K)."""
-    curve = np.asarray(iou_curve, dtype=np.float64) if not isinstance(iou_curve, torch.Tensor) else iou_curve.numpy()
+    curve = (
+        np.asarray(iou_curve, dtype=np.float64)
+        if not isinstance(iou_curve, torch.Tensor)
+        else iou_curve.numpy()
+    )
     if curve.ndim != 2 or curve.size == 0:
         raise ValueError(f"iou_curve must be a non-empty (N, K) array, got shape {curve.shape}")
     if not np.isfinite(curve).all() or curve.min() < 0 or curve.max() > 1:
@@ -602,7 +616,9 @@ def uncertainty_auroc(uncertainty: np.ndarray, errors: np.ndarray) -> float:
     u = np.asarray(uncertainty.detach().cpu() if isinstance(uncertainty, torch.Tensor) else uncertainty)
     e = np.asarray(errors.detach().cpu() if isinstance(errors, torch.Tensor) else errors)
     if u.ndim != 1 or e.shape != u.shape or u.size == 0:
-        raise ValueError(f"uncertainty and errors must be 1-D of equal non-zero length, got {u.shape}, {e.shape}")
+        raise ValueError(
+            f"uncertainty and errors must be 1-D of equal non-zero length, got {u.shape}, {e.shape}"
+        )
     if u.dtype.kind not in "fiu" or not np.isfinite(u).all():
         raise ValueError("uncertainty must be a finite numeric array")
     if e.dtype != bool:
@@ -620,7 +636,9 @@ def expected_calibration_error(confidence: np.ndarray, correct: np.ndarray, n_bi
     c = np.asarray(confidence, dtype=np.float64)
     y = np.asarray(correct)
     if c.ndim != 1 or y.shape != c.shape or c.size == 0:
-        raise ValueError(f"confidence and correct must be 1-D of equal non-zero length, got {c.shape}, {y.shape}")
+        raise ValueError(
+            f"confidence and correct must be 1-D of equal non-zero length, got {c.shape}, {y.shape}"
+        )
     if not np.isfinite(c).all() or c.min() < 0 or c.max() > 1:
         raise ValueError("confidence must hold finite probabilities in [0, 1]")
     if y.dtype != bool:
@@ -631,7 +649,9 @@ def expected_calibration_error(confidence: np.ndarray, correct: np.ndarray, n_bi
         return float(abs(y.mean() - c.mean()))
     acc, conf = calibration_curve(y, c, n_bins=n_bins, strategy="uniform")
     edges = np.linspace(0.0, 1.0, n_bins + 1)
-    counts = np.bincount(np.clip(np.searchsorted(edges[1:-1], c, side="right"), 0, n_bins - 1), minlength=n_bins)
+    counts = np.bincount(
+        np.clip(np.searchsorted(edges[1:-1], c, side="right"), 0, n_bins - 1), minlength=n_bins
+    )
     counts = counts[counts > 0]
     return float((counts / c.size * np.abs(acc - conf)).sum())
 
@@ -664,12 +684,16 @@ class _DecoderRound(nn.Module):
         self.ffn = _mlp(dim, dim, 2 * dim)
         self.ln = nn.ModuleList(nn.LayerNorm(dim) for _ in range(4))
 
-    def queries(self, q: torch.Tensor, scene: torch.Tensor, pe_c: torch.Tensor, pe_p: torch.Tensor) -> torch.Tensor:
+    def queries(
+        self, q: torch.Tensor, scene: torch.Tensor, pe_c: torch.Tensor, pe_p: torch.Tensor
+    ) -> torch.Tensor:
         q = self.ln[0](q + self.c2s((q + pe_c)[None], (scene + pe_p)[None], scene[None])[0][0])
         q = self.ln[1](q + self.ffn(q))
         return self.ln[2](q + self.self_attn((q + pe_c)[None], (q + pe_c)[None], q[None])[0][0])
 
-    def scene(self, scene: torch.Tensor, q: torch.Tensor, pe_c: torch.Tensor, pe_p: torch.Tensor) -> torch.Tensor:
+    def scene(
+        self, scene: torch.Tensor, q: torch.Tensor, pe_c: torch.Tensor, pe_p: torch.Tensor
+    ) -> torch.Tensor:
         return self.ln[3](scene + self.s2c((scene + pe_p)[None], (q + pe_c)[None], q[None])[0][0])
 
 
@@ -760,17 +784,23 @@ class InteractiveSegmenter(nn.Module):
         idx = torch.tensor([c.index for c in clicks], dtype=torch.long)
         obj = torch.tensor([c.label for c in clicks], dtype=torch.long)
         if int(idx.min()) < 0 or int(idx.max()) >= n:
-            raise ValueError(f"clicks: click indices must be in [0, {n}), got range [{int(idx.min())}, {int(idx.max())}]")
+            raise ValueError(
+                f"clicks: click indices must be in [0, {n}), got range [{int(idx.min())}, {int(idx.max())}]"
+            )
         seen: dict[int, int] = {}
         for i, o in zip(idx.tolist(), obj.tolist()):
             if seen.setdefault(i, o) != o:
-                raise ValueError(f"clicks: point {i} is clicked for two different objects ({seen[i]} and {o})")
+                raise ValueError(
+                    f"clicks: point {i} is clicked for two different objects ({seen[i]} and {o})"
+                )
         _check_click_objects(obj, "clicks", False)
         return idx, obj
 
     # -- public API --------------------------------------------------------------------------------
     @torch.no_grad()
-    def predict(self, points: np.ndarray, clicks: list[Click], seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    def predict(
+        self, points: np.ndarray, clicks: list[Click], seed: int = 0
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Labels ``[P]`` (0 = background, 1..O) and per-point uncertainty ``[P]`` (max-prob variance over the
         NP samples; ``1 − max prob`` for the deterministic head) for ``points [P, 3]`` and ``clicks``."""
         pts = _points_array(points, "points", min_points=self.k + 1)
@@ -871,7 +901,9 @@ class InteractiveSegmenter(nn.Module):
         )
 
     @staticmethod
-    def _target_clicks(lab: torch.Tensor, n: int, rng: np.random.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    def _target_clicks(
+        lab: torch.Tensor, n: int, rng: np.random.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         idx, obj = [], []
         for o in torch.unique(lab).tolist():
             members = np.flatnonzero(lab.numpy() == o)

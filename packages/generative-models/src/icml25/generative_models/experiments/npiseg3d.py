@@ -116,14 +116,18 @@ def checks(setting: Setting) -> list[Check]:
     var_floor = Check(f"NP mean per-point variance >= {VAR_MIN:g}", lambda m: m["np_mean_var"] >= VAR_MIN)
     no_cost = Check(
         f"NP mIoU@1 and @3 >= baseline - {MIOU_VS_BASE:g}",
-        lambda m: min(m["np_miou1_id"] - m["baseline_miou1_id"], m["np_miou3_id"] - m["baseline_miou3_id"])
-        >= -MIOU_VS_BASE,
+        lambda m: (
+            min(m["np_miou1_id"] - m["baseline_miou1_id"], m["np_miou3_id"] - m["baseline_miou3_id"])
+            >= -MIOU_VS_BASE
+        ),
     )
     if not setting.ood:
         return [
             Check("training loss decreases", lambda m: m["np_loss_last"] < m["np_loss_first"]),
             Check("KL finite", lambda m: math.isfinite(m["np_kl_last"])),
-            Check(f"NP uncertainty AUROC > {AUROC_QUICK_MIN:g}", lambda m: m["np_auroc_id"] > AUROC_QUICK_MIN),
+            Check(
+                f"NP uncertainty AUROC > {AUROC_QUICK_MIN:g}", lambda m: m["np_auroc_id"] > AUROC_QUICK_MIN
+            ),
             var_floor,
             no_cost,
         ]
@@ -149,7 +153,9 @@ def threshold(quick: bool = True) -> str:
     return threshold_text(checks(QUICK if quick else FULL))
 
 
-def scenes(setting: Setting, kinds: tuple[str, ...], count: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+def scenes(
+    setting: Setting, kinds: tuple[str, ...], count: int, seed: int
+) -> list[tuple[np.ndarray, np.ndarray]]:
     """``count`` procedural scenes with objects of ``kinds`` (seeds ``seed, seed+1, ...``)."""
     return [make_scene(setting.n_points, kinds=kinds, seed=seed + i) for i in range(count)]
 
@@ -199,8 +205,11 @@ def evaluate_model(
     return out_m
 
 
-def evaluate(setting: Setting, seed: int = 0, out_dir: str | Path | None = None, variant: str = "none") -> Report:
-    """Train both models and measure every metric of :func:`checks` (``variant="collapsed_sigma"``: broken)."""
+def evaluate(setting: Setting, seed: int = 0, out_dir: str | Path | None = None, variant: str = "none",
+             baseline_metrics: dict[str, float] | None = None) -> Report:  # fmt: skip
+    """Train both models and measure every metric of :func:`checks` (``variant="collapsed_sigma"``: broken).
+    ``baseline_metrics`` (the ``baseline_*`` metrics of an earlier run with the same setting and seed) skips
+    retraining the baseline, which the variant does not change."""
     t0 = time.perf_counter()
     train = scenes(setting, TRAIN_KINDS, setting.n_train, 10_000 * seed)
     test = {"id": scenes(setting, TRAIN_KINDS, setting.n_test, 10_000 * seed + 5_000)}
@@ -208,7 +217,11 @@ def evaluate(setting: Setting, seed: int = 0, out_dir: str | Path | None = None,
         test["ood"] = scenes(setting, OOD_KINDS, setting.n_test, 10_000 * seed + 7_000)
     metrics: dict[str, float] = {}
     curves: dict[str, np.ndarray] = {}
-    for name, head in progress([("np", "np"), ("baseline", "deterministic")], desc="P17 models"):
+    models = [("np", "np"), ("baseline", "deterministic")]
+    if baseline_metrics is not None:
+        metrics.update({k: v for k, v in baseline_metrics.items() if k.startswith("baseline_")})
+        models = models[:1]
+    for name, head in progress(models, desc="P17 models"):
         model = InteractiveSegmenter(
             setting.dim, head, setting.rounds, setting.n_samples, collapse_sigma=variant == "collapsed_sigma",
             seed=seed,
@@ -240,7 +253,7 @@ def evaluate(setting: Setting, seed: int = 0, out_dir: str | Path | None = None,
     if setting.ood:
         metrics["np_minus_baseline_miou1_ood"] = metrics["np_miou1_ood"] - metrics["baseline_miou1_ood"]
     metrics["total_seconds"] = time.perf_counter() - t0
-    figures = [plot(out_dir, setting, metrics, curves)] if out_dir is not None else []
+    figures = [plot(out_dir, setting, metrics, curves)] if out_dir is not None and len(models) == 2 else []
     return Report.from_checks(
         paper=PAPER,
         claim=CLAIM,
@@ -260,7 +273,9 @@ def evaluate(setting: Setting, seed: int = 0, out_dir: str | Path | None = None,
     )
 
 
-def plot(out_dir: str | Path, setting: Setting, metrics: dict[str, float], curves: dict[str, np.ndarray]) -> Path:
+def plot(
+    out_dir: str | Path, setting: Setting, metrics: dict[str, float], curves: dict[str, np.ndarray]
+) -> Path:
     """mIoU against clicks per object for both heads (in and out of domain) and the AUROCs."""
     fig, (ax, ax2) = new_figure(1, 2, figsize=(11, 4))
     k = np.arange(1, setting.max_clicks + 1)
