@@ -30,6 +30,10 @@ from typing import Literal
 import numpy as np
 import torch
 import torch.nn.functional as F
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
+from sklearn.calibration import calibration_curve
+from sklearn.metrics import roc_auc_score
 from torch import nn
 
 from icml25.kernels.rng import isolated_rng, make_generator
@@ -510,9 +514,6 @@ def _interior_point(points: np.ndarray, region: np.ndarray, weight: np.ndarray |
 
 
 def _largest_component(region: np.ndarray, neighbors: np.ndarray) -> np.ndarray:
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
-
     n = region.size
     rows = np.repeat(np.arange(n), neighbors.shape[1])
     cols = neighbors.reshape(-1)
@@ -571,15 +572,17 @@ def _simulate(points, gt, pred, weight, neighbors) -> list[Click]:
 # -------------------------------------------------------------------------------------------- metrics
 def object_ious(pred_labels: np.ndarray, gt_labels: np.ndarray) -> np.ndarray:
     """IoU of every object ``1..O`` of ``gt_labels`` (background 0 excluded) → ``[O]``."""
-    gt = _labels_array(
-        gt_labels, "gt_labels", np.asarray(gt_labels).shape[0] if hasattr(gt_labels, "shape") else -1
-    )
-    pred = _labels_array(pred_labels, "pred_labels", gt.shape[0])
+    n = int(gt_labels.shape[0]) if isinstance(gt_labels, (np.ndarray, torch.Tensor)) and gt_labels.ndim else -1
+    gt = _labels_array(gt_labels, "gt_labels", n)
     if gt.size == 0:
-        raise ValueError("gt_labels must be non-empty")
+        raise ValueError("gt_labels must be non-empty, got shape (0,)")
+    pred = _labels_array(pred_labels, "pred_labels", gt.shape[0])
     n_obj = int(gt.max())
     if n_obj < 1:
         raise ValueError("gt_labels must contain at least one object (a label >= 1)")
+    missing = sorted(set(range(1, n_obj + 1)) - set(np.unique(gt).tolist()))
+    if missing:
+        raise ValueError(f"gt_labels must use every object label 1..{n_obj}; missing {missing}")
     out = np.empty(n_obj)
     for o in range(1, n_obj + 1):
         a, b = gt == o, pred == o
@@ -591,11 +594,9 @@ def object_ious(pred_labels: np.ndarray, gt_labels: np.ndarray) -> np.ndarray:
 def noc_at(iou_curve: np.ndarray, threshold: float = 0.8, max_clicks: int | None = None) -> float:
     """Mean number of clicks per object to reach ``threshold`` IoU: ``iou_curve [N, K]`` holds the IoU after
     1..K clicks; a curve that never reaches it counts ``max_clicks`` (default K)."""
-    curve = (
-        np.asarray(iou_curve, dtype=np.float64)
-        if not isinstance(iou_curve, torch.Tensor)
-        else iou_curve.numpy()
-    )
+    curve = iou_curve.detach().cpu().numpy() if isinstance(iou_curve, torch.Tensor) else np.asarray(iou_curve)
+    if curve.dtype.kind != "f":
+        raise TypeError(f"iou_curve must be a floating-point array, got dtype {curve.dtype}")
     if curve.ndim != 2 or curve.size == 0:
         raise ValueError(f"iou_curve must be a non-empty (N, K) array, got shape {curve.shape}")
     if not np.isfinite(curve).all() or curve.min() < 0 or curve.max() > 1:
@@ -611,8 +612,6 @@ def noc_at(iou_curve: np.ndarray, threshold: float = 0.8, max_clicks: int | None
 def uncertainty_auroc(uncertainty: np.ndarray, errors: np.ndarray) -> float:
     """ROC AUC of ``uncertainty [N]`` for detecting misclassified points ``errors [N]`` (bool), via
     :func:`sklearn.metrics.roc_auc_score`; 0.5 = uninformative."""
-    from sklearn.metrics import roc_auc_score
-
     u = np.asarray(uncertainty.detach().cpu() if isinstance(uncertainty, torch.Tensor) else uncertainty)
     e = np.asarray(errors.detach().cpu() if isinstance(errors, torch.Tensor) else errors)
     if u.ndim != 1 or e.shape != u.shape or u.size == 0:
@@ -631,10 +630,10 @@ def uncertainty_auroc(uncertainty: np.ndarray, errors: np.ndarray) -> float:
 def expected_calibration_error(confidence: np.ndarray, correct: np.ndarray, n_bins: int = 10) -> float:
     """ECE: Σ_b (n_b/N)·|acc_b − conf_b| over ``n_bins`` uniform bins, bin means from
     :func:`sklearn.calibration.calibration_curve`. ``confidence [N]`` in [0, 1], ``correct [N]`` bool."""
-    from sklearn.calibration import calibration_curve
-
-    c = np.asarray(confidence, dtype=np.float64)
+    c = np.asarray(confidence)
     y = np.asarray(correct)
+    if c.dtype.kind != "f":
+        raise TypeError(f"confidence must be a floating-point array, got dtype {c.dtype}")
     if c.ndim != 1 or y.shape != c.shape or c.size == 0:
         raise ValueError(
             f"confidence and correct must be 1-D of equal non-zero length, got {c.shape}, {y.shape}"
@@ -859,6 +858,11 @@ class InteractiveSegmenter(nn.Module):
             lab = _labels_array(sc[1], f"scenes[{i}] labels", pts.shape[0])
             if lab.max() < 1:
                 raise ValueError(f"scenes[{i}] labels must contain at least one object (a label >= 1)")
+            missing = sorted(set(range(int(lab.max()) + 1)) - set(np.unique(lab).tolist()))
+            if missing:
+                raise ValueError(
+                    f"scenes[{i}] labels must use every label 0..{int(lab.max())} (0 = background); missing {missing}"
+                )
             xyz = self._normalise(pts)
             nbr = _knn(xyz, self.k)
             prepared.append((pts, torch.from_numpy(lab), xyz, nbr, nbr.numpy()))
