@@ -1,5 +1,4 @@
-"""NPISeg3D: Probabilistic Interactive 3D Segmentation with Hierarchical Neural Processes — ICML 2025, P17:
-the hierarchical neural-process head, an interactive point-cloud segmenter and its evaluation tools.
+"""NPISeg3D: Probabilistic Interactive 3D Segmentation with Hierarchical Neural Processes — ICML 2025, P17: the hierarchical neural-process head, an interactive point-cloud segmenter and its evaluation tools.
 
 Liu et al., ICML 2025 (arXiv 2505.01726; official code ``jliu4ai/NPISeg3D``, built on AGILE3D,
 ``ywyue/AGILE3D``). User clicks are the context set of a neural process and the scene's points its targets:
@@ -572,7 +571,11 @@ def _simulate(points, gt, pred, weight, neighbors) -> list[Click]:
 # -------------------------------------------------------------------------------------------- metrics
 def object_ious(pred_labels: np.ndarray, gt_labels: np.ndarray) -> np.ndarray:
     """IoU of every object ``1..O`` of ``gt_labels`` (background 0 excluded) → ``[O]``."""
-    n = int(gt_labels.shape[0]) if isinstance(gt_labels, (np.ndarray, torch.Tensor)) and gt_labels.ndim else -1
+    n = (
+        int(gt_labels.shape[0])
+        if isinstance(gt_labels, (np.ndarray, torch.Tensor)) and gt_labels.ndim
+        else -1
+    )
     gt = _labels_array(gt_labels, "gt_labels", n)
     if gt.size == 0:
         raise ValueError("gt_labels must be non-empty, got shape (0,)")

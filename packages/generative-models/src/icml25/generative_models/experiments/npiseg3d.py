@@ -1,5 +1,5 @@
-"""NPISeg3D: Probabilistic Interactive 3D Segmentation with Hierarchical Neural Processes — ICML 2025, P17:
-reproduction. Small-scale reproduction.
+"""NPISeg3D: Probabilistic Interactive 3D Segmentation with Hierarchical Neural Processes — ICML 2025, P17: reproduction.
+Small-scale reproduction.
 
 Liu et al., ICML 2025 (arXiv 2505.01726; official code ``jliu4ai/NPISeg3D``). Claim: a hierarchical neural
 process over scene and object latents (clicks = context, points = targets) segments point clouds from clicks
@@ -86,13 +86,13 @@ class Setting:
     """One reproduction scale."""
 
     n_train: int
-    """Training scenes (paper: ScanNet40 train split; brief 600)."""
+    """Training scenes (paper: ScanNet40 train split; ours 600)."""
     n_test: int
-    """In-domain test scenes (brief 100); the out-of-domain set has the same size when ``ood``."""
+    """In-domain test scenes (ours 100); the out-of-domain set has the same size when ``ood``."""
     n_points: int
-    """Points per scene (paper: full ScanNet scenes; brief 2,048; ours 1,024 to fit the CPU budget)."""
+    """Points per scene (paper: full ScanNet scenes; ours 1,024 to fit the CPU budget)."""
     rounds: int
-    """Decoder rounds; the NP head runs in the last (paper 4 rounds, NP from round 3; brief 2)."""
+    """Decoder rounds; the NP head runs in the last (paper 4 rounds, NP from round 3; ours 2)."""
     steps: int
     """Training steps, one scene each (paper 600 epochs, batch 6; ours 600, ≤ 90 s CPU per model)."""
     max_clicks: int
@@ -100,9 +100,9 @@ class Setting:
     ood: bool
     """Also evaluate on the out-of-domain (tori and cones) scenes."""
     dim: int = 64
-    """Feature and head width (paper 128; brief 64)."""
+    """Feature and head width (paper 128; ours 64)."""
     n_samples: int = 8
-    """Object-latent samples S (paper 10; brief 8)."""
+    """Object-latent samples S (paper 10; ours 8)."""
     lr: float = 1e-3
     """Adam learning rate (paper AdamW 5e-4)."""
 
