@@ -123,7 +123,8 @@ class NPOut:
     """Output of a mask head.
 
     ``logits [P, O+1, S]`` (S = 1 for the deterministic head); ``kl`` the summed KL(context ‖ target) or None
-    without targets; ``target_logits [P, O+1, S]`` masks modulated by target-latent samples (training only);
+    without targets; ``target_logits [P, O+1, S]`` masks of the target clicks modulated by target-latent samples (training
+    only, as the official ``NPModulationHead``);
     ``sigma_mean`` the mean object-latent σ (0 for the deterministic head)."""
 
     logits: torch.Tensor
@@ -308,7 +309,7 @@ class HierarchicalNPHead(ClickAttentionHead):
         qt, tobj = self._with_background(self._query(target_feats), target_obj)
         (mu_st, sig_st), (mu_ot, sig_ot) = self.latents(qt, tobj, n_cls, generator)
         out.kl = gaussian_kl(mu_o, sig_o, mu_ot, sig_ot) + gaussian_kl(mu_s, sig_s, mu_st, sig_st)
-        out.target_logits = self._modulated_logits(point_feats, q, obj, mu_ot, sig_ot, generator)
+        out.target_logits = self._modulated_logits(point_feats, qt, tobj, mu_ot, sig_ot, generator)
         return out
 
 
