@@ -1575,8 +1575,7 @@ def _p17_specs() -> list[HostileSpec]:
                     allow={"constant": "identical samples: zero uncertainty"}),
         HostileSpec("InteractiveSegmenter.predict", setup=_predict, arrays=("points",),
                     covers=("InteractiveSegmenter",)),
-        HostileSpec("InteractiveSegmenter.fit", setup=_fit, arrays=(("scenes", 0, 0), ("scenes", 0, 1)),
-                    global_rng="none"),
+        HostileSpec("InteractiveSegmenter.fit", setup=_fit, arrays=(("scenes", 0, 0), ("scenes", 0, 1))),
         HostileSpec("simulate_clicks", lambda points, gt_labels, pred_labels: [
                     (c.index, c.label) for c in gm.simulate_clicks(points, gt_labels, pred_labels, k=8)],
                     {"points": pts, "gt_labels": lab, "pred_labels": pred}, ("points", "gt_labels", "pred_labels"),
