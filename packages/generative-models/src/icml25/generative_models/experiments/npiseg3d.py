@@ -94,7 +94,7 @@ class Setting:
     rounds: int
     """Decoder rounds; the NP head runs in the last (paper 4 rounds, NP from round 3; ours 2)."""
     steps: int
-    """Training steps, one scene each (paper 600 epochs, batch 6; ours 600: NP ≈ 110 s CPU, baseline ≈ 35 s)."""
+    """Training steps, one scene each (paper 600 epochs, batch 6; ours 600: NP ≈ 110 s, baseline ≈ 40 s)."""
     max_clicks: int
     """Clicks per object in the iterative evaluation and the NoC cap (paper 20; ours 6)."""
     ood: bool
