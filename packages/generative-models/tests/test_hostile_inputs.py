@@ -1871,6 +1871,73 @@ def _p41_specs() -> list[HostileSpec]:
 SPECS += _p41_specs()
 
 
+def _p17_specs() -> list[HostileSpec]:
+    """P17 NPISeg3D: NP and deterministic heads, uncertainty, segmenter predict/fit, clicks, metrics, scenes."""
+    g = torch.Generator().manual_seed(17)
+    with isolated_rng(0):
+        head = gm.HierarchicalNPHead(dim=8, n_samples=3, heads=2)
+        det = gm.ClickAttentionHead(dim=8)
+    obj = torch.tensor([0, 1, 2, 1])
+    feats = {"point_feats": torch.randn(12, 8, generator=g), "click_feats": torch.randn(4, 8, generator=g)}
+    pts, lab = gm.make_scene(96, seed=0)
+    clicks = gm.simulate_clicks(pts, lab, k=8)
+    pred = lab.copy()
+    pred[np.flatnonzero(lab == 1)[:5]] = 0
+    rng = np.random.default_rng(17)
+    const_feats = "constant features are valid: every point ties and gets a finite logit"
+
+    def _seg():
+        with isolated_rng(0):
+            return gm.InteractiveSegmenter(dim=8, rounds=1, n_samples=2, k=8, heads=2)
+
+    def _predict():
+        seg = _seg()
+        return (lambda points: seg.predict(points, clicks)[1]), {"points": pts}, None
+
+    def _fit():
+        seg = _seg()
+        scenes = [(pts, lab)]
+        return (lambda scenes: seg.fit(scenes, steps=1)), {"scenes": scenes}, seg
+
+    return [
+        HostileSpec("HierarchicalNPHead", lambda point_feats, click_feats: head(
+                    point_feats, click_feats, obj, generator=torch.Generator().manual_seed(0)).logits.detach(),
+                    feats, ("point_feats", "click_feats"), allow={"constant": const_feats}),
+        HostileSpec("ClickAttentionHead", lambda point_feats, click_feats: det(
+                    point_feats, click_feats, obj).logits.detach(),
+                    feats, ("point_feats", "click_feats"), allow={"constant": const_feats}),
+        HostileSpec("predictive_uncertainty", gm.predictive_uncertainty,
+                    {"logits": torch.randn(5, 3, 4, generator=g)}, ("logits",),
+                    allow={"constant": "identical samples: zero uncertainty"}),
+        HostileSpec("InteractiveSegmenter.predict", setup=_predict, arrays=("points",),
+                    covers=("InteractiveSegmenter",)),
+        HostileSpec("InteractiveSegmenter.fit", setup=_fit, arrays=(("scenes", 0, 0), ("scenes", 0, 1))),
+        HostileSpec("simulate_clicks", lambda points, gt_labels, pred_labels: [
+                    (c.index, c.label) for c in gm.simulate_clicks(points, gt_labels, pred_labels, k=8)],
+                    {"points": pts, "gt_labels": lab, "pred_labels": pred}, ("points", "gt_labels", "pred_labels"),
+                    allow={"gt_labels:constant": "one label: one click at its most interior point",
+                           "pred_labels:constant": "a constant prediction is a valid prediction"}),
+        HostileSpec("object_ious", gm.object_ious, {"pred_labels": pred, "gt_labels": lab},
+                    ("pred_labels", "gt_labels"),
+                    allow={"pred_labels:constant": "a constant prediction is a valid prediction"}),
+        HostileSpec("noc_at", gm.noc_at, {"iou_curve": rng.uniform(0.3, 1.0, (4, 5))}, ("iou_curve",),
+                    allow={"constant": "constant IoUs: every object needs the same clicks"}),
+        HostileSpec("uncertainty_auroc", gm.uncertainty_auroc,
+                    {"uncertainty": rng.random(30), "errors": rng.random(30) < 0.4}, ("uncertainty", "errors"),
+                    allow={"uncertainty:constant": "constant uncertainty ranks nothing: AUROC 0.5",
+                           "uncertainty:huge": "only the ranks matter"}),
+        HostileSpec("expected_calibration_error", gm.expected_calibration_error,
+                    {"confidence": rng.uniform(0.3, 1.0, 30), "correct": rng.random(30) < 0.7},
+                    ("confidence", "correct"),
+                    allow={"confidence:constant": "one confidence level: a single bin",
+                           "correct:constant": "all right or all wrong: |accuracy - mean confidence|"}),
+        HostileSpec("make_scene", lambda n_points: gm.make_scene(n_points, seed=0)[0], {"n_points": 128}, ()),
+    ]  # fmt: skip
+
+
+SPECS += _p17_specs()
+
+
 EXCLUDED = {
     "Geo2SeqDecodeError": "an exception class (raised by decode), not a user entry point",
     "Geo2SeqEncoding": "a result container built by tokenize_molecule, not a user entry point",
@@ -1890,6 +1957,8 @@ EXCLUDED = {
     "MolJOSample": "a result container returned by moljo_sample / bfn_sample, not a user entry point",
     "DMPGraph": "a result container built by build_dmp_graph, not a user entry point",
     "imts_from_long": "reads a pandas DataFrame's columns: its bad inputs are tested in test_vimts.py",
+    "Click": "a frozen (index, label) record built by simulate_clicks or the user, not an entry point",
+    "NPOut": "a result container returned by the NPISeg3D heads, not a user entry point",
 }
 
 
