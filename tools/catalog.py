@@ -6,26 +6,34 @@ expected to reproduce (``expect = "pass"``, the default, or ``expect = "miss"`` 
 ``miss_in`` narrows a miss to ``["quick"]`` or ``["full"]``). The results ledger (``results/<id>.json``,
 written by ``icml25 reproduce --full --record`` / ``tools/reproduce.py``) holds each implemented paper's
 recorded full run. ``check`` fails when the catalog, the README table, the packages' ``icml25.papers`` entry
-points, the modules on disk and the ledger disagree; ``ledger_problems`` also compares each entry's threshold
-with the one the experiment states now (``threshold(quick=False)``), so a changed threshold forces a re-run.
+points, the modules on disk and the ledger disagree: an entry whose ``outcome`` is not the one the catalog
+expects in full mode (PASS, or KNOWN-MISS for a known miss), and an entry whose ``source_hash`` differs from
+the hash of the paper's sources now (:mod:`icml25.kernels.provenance`: the experiment module and every icml25
+module it imports), i.e. the code changed after the run was recorded: re-record it, or mark the paper
+``full_run_pending`` with the reason. ``ledger_problems`` also compares each entry's threshold with the one
+the experiment states now (``threshold(quick=False)``), so a changed threshold forces a re-run.
 
 Usage::
 
     python tools/catalog.py                 # check; exit 1 and list the problems on disagreement
     python tools/catalog.py --write-readme  # regenerate the table in README.md from the catalog
+    python tools/catalog.py --backfill-source-hashes   # entries recorded before source hashes existed
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import importlib
 import json
+import subprocess
 import sys
 from pathlib import Path
 
 import workspace
 
 from icml25.kernels import catalog as _catalog
+from icml25.kernels import provenance
 from icml25.kernels.catalog import EXPECTS, MODES, STATUSES, Paper
 
 if sys.version_info >= (3, 11):
@@ -151,6 +159,67 @@ def declared_entry_points(root: Path = ROOT) -> dict[str, tuple[str, str]]:
     return found
 
 
+def source_dirs(root: Path = ROOT) -> list[Path]:
+    """Every workspace member's ``src/`` folder (where the ``icml25`` namespace's modules live)."""
+    return [root / m.folder / "src" for m in workspace.members(root).values()]
+
+
+def current_source_hash(p: Paper, root: Path = ROOT) -> str:
+    """The source hash of paper ``p``'s experiment as the source tree at ``root`` holds it now."""
+    return provenance.source_hash(p.entry_point, provenance.find_in_tree(source_dirs(root)))
+
+
+def _git_finder(root: Path, commit: str) -> provenance.Finder:
+    """A module finder over the source folders as they were at ``commit``."""
+    listing = subprocess.run(
+        ["git", "ls-tree", "-r", "--name-only", commit], cwd=root, capture_output=True, text=True, check=True
+    ).stdout.split()
+    files = set(listing)
+    folders = sorted({str(d.relative_to(root)) for d in source_dirs(root)})
+
+    def find(name: str) -> provenance.ModuleSource | None:
+        rel = "/".join(name.split("."))
+        for src in folders:
+            for path, is_package in ((f"{src}/{rel}/__init__.py", True), (f"{src}/{rel}.py", False)):
+                if path in files:
+                    blob = subprocess.run(
+                        ["git", "show", f"{commit}:{path}"], cwd=root, capture_output=True, check=True
+                    ).stdout
+                    return is_package, blob
+        return None
+
+    return find
+
+
+def backfill_source_hashes(root: Path = ROOT, catalog: Path | None = None) -> list[str]:
+    """Give a ``source_hash`` to the ledger entries recorded before the ledger had one, where that is
+    true: the paper's source closure at the entry's recorded ``git_commit`` is identical to the one now.
+    Returns the papers whose code changed since (to re-record), naming the modules that changed."""
+    stale = []
+    papers = {p.id: p for p in load(catalog or root / CATALOG_PATH)}
+    tree = provenance.find_in_tree(source_dirs(root))
+    for pid, entry in load_ledger(root / "results").items():
+        if "source_hash" in entry or pid not in papers or not entry.get("git_commit"):
+            continue
+        module = papers[pid].entry_point
+        then = provenance.source_closure(module, _git_finder(root, entry["git_commit"]))
+        now = provenance.source_closure(module, tree)
+        changed = sorted(m for m in then.keys() | now.keys() if then.get(m) != now.get(m))
+        if changed or entry.get("git_dirty"):
+            stale.append(
+                f"{pid}: changed since {entry['git_commit'][:7]}: {', '.join(changed) or 'dirty tree'}"
+            )
+            continue
+        entry["source_hash"] = provenance.source_hash(module, tree)
+        entry["source_hash_note"] = (
+            f"backfilled {dt.date.today().isoformat()}: the paper's sources at the recorded commit "
+            f"{entry['git_commit'][:7]} are identical to the ones hashed"
+        )
+        path = root / "results" / f"{pid}.json"
+        path.write_text(json.dumps(entry, indent=2, allow_nan=False) + "\n")
+    return stale
+
+
 def _module_path(root: Path, package: str, module: str) -> tuple[Path, Path]:
     base = root / PACKAGE_DIRS[package] / "src" / Path(*module.split("."))
     return base.with_suffix(".py"), base / "__init__.py"
@@ -168,6 +237,7 @@ def check(root: Path = ROOT, catalog: Path | None = None, readme: Path | None = 
     elif table != render_table(papers, ledger):
         problems.append("README.md: the paper table is out of date (python tools/catalog.py --write-readme)")
     problems += _ledger_catalog_problems(papers, ledger)
+    problems += _ledger_source_problems(papers, ledger, root)
     entry_points = declared_entry_points(root)
     for p in papers:
         registered = entry_points.pop(p.id, None)
@@ -222,12 +292,34 @@ def _ledger_catalog_problems(papers: list[Paper], ledger: dict[str, dict]) -> li
                 f"{p.id}: the catalog expects {expected} in full mode but the recorded run "
                 f"{'passed' if entry['passed'] else 'missed'} (update expect/miss_reason or re-run)"
             )
+        outcome = "KNOWN-MISS" if p.expects_miss("full") else "PASS"
+        if entry["outcome"] != outcome:
+            problems.append(
+                f"results/{p.id}.json: records outcome {entry['outcome']!r} but the catalog's expectation "
+                f"makes a full run {outcome!r} (re-record: python tools/reproduce.py --only {p.id} --full --record)"
+            )
+    return problems
+
+
+def _ledger_source_problems(papers: list[Paper], ledger: dict[str, dict], root: Path) -> list[str]:
+    problems = []
+    for p in papers:
+        entry = ledger.get(p.id)
+        if p.status != "implemented" or p.full_run_pending or entry is None or "source_hash" not in entry:
+            continue  # a missing source_hash is reported with the other missing fields
+        if entry["source_hash"] != current_source_hash(p, root):
+            problems.append(
+                f"results/{p.id}.json is stale: the paper's sources changed after the run was recorded "
+                f"(at {str(entry.get('git_commit'))[:7]}); re-record: "
+                f"python tools/reproduce.py --only {p.id} --full --record"
+            )
     return problems
 
 
 LEDGER_FIELDS = frozenset(
-    {"paper", "mode", "claim", "threshold", "passed", "checks", "metrics", "headline", "baseline", "seed",
-     "seeds", "wall_seconds", "package", "package_version", "git_commit", "machine", "date"}
+    {"paper", "mode", "outcome", "claim", "threshold", "passed", "checks", "metrics", "headline", "baseline",
+     "seed", "seeds", "wall_seconds", "package", "package_version", "source_hash", "git_commit", "machine",
+     "date"}
 )  # fmt: skip
 
 
@@ -265,7 +357,15 @@ def ledger_problems(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write-readme", action="store_true", help="regenerate the README paper table first")
+    parser.add_argument(
+        "--backfill-source-hashes",
+        action="store_true",
+        help="hash the entries recorded before source hashes, where the code is unchanged since",
+    )
     args = parser.parse_args(argv)
+    if args.backfill_source_hashes:
+        for line in backfill_source_hashes():
+            print(f"stale, re-record: {line}", file=sys.stderr)
     if args.write_readme:
         write_readme(load())
     problems = check()

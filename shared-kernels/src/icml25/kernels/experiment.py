@@ -167,7 +167,8 @@ def experiment_main(
 ) -> int:
     """The command line of a reproduction module: ``[--full] [--seed N] [--out DIR]``.
 
-    Prints the report's line, its named checks and notes; exits 0 when the threshold holds, 1 otherwise
+    Prints the report's line, its preconditions, named checks and notes; exits 0 when the threshold holds
+    and the run is conclusive, 1 otherwise
     (known misses are the catalog's business: ``icml25 reproduce`` / ``tools/reproduce.py`` read it).
     """
     first_line = (description or "").strip().splitlines()[0] if description else None
@@ -177,11 +178,14 @@ def experiment_main(
     parser.add_argument("--out", type=Path, default=None, help="folder for the figures (default: none)")
     args = parser.parse_args(argv)
     report = run(quick=not args.full, seed=args.seed, out_dir=args.out)
-    print(f"{report.paper} {'PASS' if report.passed else 'FAIL'} {report.summary()}")
+    verdict = "INCONCLUSIVE" if report.inconclusive else "PASS" if report.passed else "FAIL"
+    print(f"{report.paper} {verdict} {report.summary()}")
+    for name, ok in report.preconditions.items():
+        print(f"  [{'x' if ok else ' '}] precondition: {name}")
     for name, ok in report.checks.items():
         print(f"  [{'x' if ok else ' '}] {name}")
     if report.notes:
         print(f"  notes: {report.notes}")
     for fig in report.figures:
         print(f"  figure: {fig}")
-    return 0 if report.passed else 1
+    return 0 if report.passed and not report.inconclusive else 1

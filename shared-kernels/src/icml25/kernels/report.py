@@ -34,6 +34,10 @@ class Report:
             when given, ``passed`` must equal ``all(checks.values())``, and the reproduce command and the
             results ledger show which condition failed.
         seeds: the seeds the numbers aggregate over (empty: the one ``seed`` passed to ``run``).
+        preconditions: named conditions under which the comparison can show the effect at all (the
+            baseline learned the task, a regulariser's baseline overfits...). When one fails the run is
+            *inconclusive* (:attr:`inconclusive`): ``icml25 reproduce`` reports INCONCLUSIVE and never
+            records it as a pass or a miss; the setting has to change.
     """
 
     paper: str
@@ -47,6 +51,7 @@ class Report:
     notes: str = ""
     checks: dict[str, bool] = field(default_factory=dict)
     seeds: list[int] = field(default_factory=list)
+    preconditions: dict[str, bool] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.headline not in self.metrics:
@@ -63,6 +68,7 @@ class Report:
             self.metrics[key] = float(value)
         self.passed = bool(self.passed)
         self.checks = {str(name): bool(ok) for name, ok in self.checks.items()}
+        self.preconditions = {str(name): bool(ok) for name, ok in self.preconditions.items()}
         if self.checks and self.passed != all(self.checks.values()):
             failed = [name for name, ok in self.checks.items() if not ok]
             raise ValueError(
@@ -82,9 +88,11 @@ class Report:
         metrics: Mapping[str, float],
         headline: str,
         baseline: str | None = None,
+        preconditions: Sequence[Check] = (),
         **kwargs: Any,
     ) -> Report:
-        """A report whose threshold text and verdict are both built from one list of named checks."""
+        """A report whose threshold text and verdict are both built from one list of named checks;
+        ``preconditions`` (named checks on the same metrics) decide whether the run is conclusive."""
         from icml25.kernels.experiment import evaluate_checks, threshold_text
 
         results = evaluate_checks(checks, metrics)
@@ -97,8 +105,19 @@ class Report:
             headline=headline,
             baseline=baseline,
             checks=results,
+            preconditions=evaluate_checks(preconditions, metrics) if preconditions else {},
             **kwargs,
         )
+
+    @property
+    def inconclusive(self) -> bool:
+        """Whether a precondition failed: the run cannot tell whether the claim holds."""
+        return not all(self.preconditions.values())
+
+    @property
+    def failed_preconditions(self) -> list[str]:
+        """Names of the preconditions that did not hold."""
+        return [name for name, ok in self.preconditions.items() if not ok]
 
     @property
     def failed_checks(self) -> list[str]:

@@ -17,6 +17,9 @@ KNOWN-MISS         the threshold does not hold and the catalog records why      
 FAIL               the threshold does not hold but the catalog expects a pass      1
 UNEXPECTED-PASS    the threshold holds but the catalog records a known miss        1
 ERROR              the experiment raised or returned a malformed report            1
+INCONCLUSIVE       a precondition failed: the baseline could not show the effect   1
+                   (e.g. both arms at chance), so the run says nothing about the
+                   claim; it is never recorded in the ledger: change the setting
 =================  ==============================================================  =========
 
 UNEXPECTED-PASS is strict on purpose (as pytest's ``xfail(strict=True)``): a miss that went away means the
@@ -74,7 +77,7 @@ __all__ = [
 
 GROUP = "icml25.papers"
 Experiment = Callable[..., Any]
-FAILING = ("FAIL", "UNEXPECTED-PASS", "ERROR")
+FAILING = ("FAIL", "UNEXPECTED-PASS", "ERROR", "INCONCLUSIVE")
 
 
 @dataclass(frozen=True)
@@ -128,7 +131,7 @@ def _lazy_run(module_name: str, distribution: str = "", version: str = "") -> Ex
 @dataclass
 class Outcome:
     paper: str
-    status: str  # PASS | FAIL | KNOWN-MISS | UNEXPECTED-PASS | ERROR
+    status: str  # PASS | FAIL | KNOWN-MISS | UNEXPECTED-PASS | ERROR | INCONCLUSIVE
     seconds: float
     report: Any = None
     error: str = ""
@@ -141,11 +144,15 @@ class Outcome:
         else:
             detail = _summary(self.report)
             failed = _failed_checks(self.report)
-            if failed and not self.report.passed:
+            if self.status == "INCONCLUSIVE":
+                detail += f" [precondition failed: {'; '.join(self.report.failed_preconditions)}]"
+            elif failed and not self.report.passed:
                 detail += f" [failed: {'; '.join(failed)}]"
         line = f"{self.paper} {self.status} {detail} {self.seconds:.1f}s"
         if self.status == "KNOWN-MISS":
             line += f"\n    known miss: {self.expectation.reason}"
+        elif self.status == "INCONCLUSIVE":
+            line += "\n    inconclusive: the baseline could not show the effect at this setting; change the setting"
         elif self.status == "UNEXPECTED-PASS":
             line += "\n    the catalog records a known miss: update the catalog (icml25/kernels/catalog.toml) and the ledger"
         return line
@@ -201,7 +208,10 @@ def run_one(
         )
     seconds = time.perf_counter() - start
     written = [Path(f) for f in getattr(report, "figures", []) or []]
-    status = _verdict(bool(report.passed), expectation, quick)
+    if getattr(report, "inconclusive", False):
+        status = "INCONCLUSIVE"
+    else:
+        status = _verdict(bool(report.passed), expectation, quick)
     return Outcome(paper, status, seconds, report=report, figures=written, expectation=expectation)
 
 
@@ -254,6 +264,11 @@ def write_report(outcomes: list[Outcome], out_dir: Path, *, quick: bool, seed: i
         lines += [f"**Claim.** {r.claim}", "", f"**Threshold.** {r.threshold}", ""]
         if o.status == "KNOWN-MISS":
             lines += [f"**Known miss.** {o.expectation.reason}", ""]
+        preconditions = getattr(r, "preconditions", None) or {}
+        if preconditions:
+            lines += ["| precondition | holds |", "|---|---|"]
+            lines += [f"| {name} | {'yes' if ok else '**no**'} |" for name, ok in preconditions.items()]
+            lines += [""]
         checks = getattr(r, "checks", None) or {}
         if checks:
             lines += ["| check | holds |", "|---|---|"]
@@ -273,7 +288,7 @@ def write_report(outcomes: list[Outcome], out_dir: Path, *, quick: bool, seed: i
 
 
 def _counts(outcomes: list[Outcome]) -> str:
-    order = ("PASS", "KNOWN-MISS", "FAIL", "UNEXPECTED-PASS", "ERROR")
+    order = ("PASS", "KNOWN-MISS", "FAIL", "UNEXPECTED-PASS", "ERROR", "INCONCLUSIVE")
     parts = [
         f"{sum(o.status == s for o in outcomes)} {s}" for s in order if any(o.status == s for o in outcomes)
     ]
@@ -354,7 +369,11 @@ def ledger_entry(
 ) -> dict[str, Any]:
     """The ``results/<id>.json`` record of one full run; ``git_commit``/``git_dirty`` describe the git
     checkout at ``repo`` (default: the current directory), empty/None outside one. ``git_dirty`` ignores
-    the ledger folder ``results`` (the run itself writes there)."""
+    the ledger folder ``results`` (the run itself writes there). ``source_hash`` is
+    :func:`icml25.kernels.provenance.source_hash` of the experiment module as imported here: the ledger
+    check recomputes it and names the entry stale once the paper's code changes."""
+    if outcome.status == "INCONCLUSIVE" or outcome.report is None:
+        raise ValueError(f"{outcome.paper}: an {outcome.status} run is not a result and is never recorded")
     r = outcome.report
     distribution, version = getattr(experiment, "distribution", ("", ""))
     commit = _git("rev-parse", "HEAD", repo=repo)
@@ -366,6 +385,7 @@ def ledger_entry(
         "threshold": r.threshold,
         "passed": bool(r.passed),
         "checks": dict(getattr(r, "checks", None) or {}),
+        "preconditions": dict(getattr(r, "preconditions", None) or {}),
         "headline": r.headline,
         "baseline": r.baseline,
         "metrics": {k: _finite_or_text(float(v)) for k, v in r.metrics.items()},
@@ -374,6 +394,7 @@ def ledger_entry(
         "wall_seconds": round(outcome.seconds, 1),
         "package": distribution,
         "package_version": version,
+        "source_hash": _source_hash(experiment),
         "git_commit": commit,
         "git_dirty": _dirty(repo, results) if commit else None,
         "machine": machine(),
@@ -385,6 +406,15 @@ def ledger_entry(
     if note:
         entry["note"] = note
     return entry
+
+
+def _source_hash(experiment: Experiment) -> str | None:
+    module = getattr(experiment, "module", None)
+    if module is None:
+        return None
+    from icml25.kernels.provenance import source_hash
+
+    return source_hash(module)
 
 
 def record(
@@ -498,7 +528,9 @@ def execute(
             figures=figures,
         )
         tqdm.write(outcome.line())
-        if args.record and outcome.report is not None:
+        if args.record and outcome.status == "INCONCLUSIVE":
+            tqdm.write("    not recorded: an inconclusive run is not a result")
+        elif args.record and outcome.report is not None:
             tqdm.write(
                 "    recorded: "
                 f"{record(outcome, experiment, args.results, seed=args.seed, note=args.note, repo=repo)}"
@@ -509,6 +541,8 @@ def execute(
     for o in outcomes:
         if o.status == "KNOWN-MISS":
             print(f"  known miss {o.paper}: {o.expectation.reason}")
+        elif o.status == "INCONCLUSIVE":
+            print(f"  INCONCLUSIVE {o.paper}: {'; '.join(o.report.failed_preconditions)}")
         elif o.status in FAILING:
             print(f"  {o.status} {o.paper}")
     print(f"report: {path}")
