@@ -120,10 +120,13 @@ def _install_packages(session: nox.Session, names: list[str]) -> None:
 @nox.session
 @timed
 def lint(session: nox.Session) -> None:
-    """ruff check + ruff format --check over the whole tree."""
+    """ruff check + ruff format --check over the whole tree, and ``uv lock --check``: the lock file matches
+    every pyproject (a stale lock makes ``uv sync`` rewrite it, and every recorded run then reports a dirty
+    tree)."""
     session.install("ruff>=0.6")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    session.run("uv", "lock", "--check", external=True)
 
 
 def _tests(session: nox.Session, name: str) -> None:

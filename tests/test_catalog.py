@@ -33,6 +33,16 @@ def scratch_repo(tmp_path: Path) -> Path:
         shutil.copy(ROOT / rel, tmp_path / rel)
     if (ROOT / "results").is_dir():
         shutil.copytree(ROOT / "results", tmp_path / "results")
+    # the sources, whose hash the ledger entries record, and the workspace that says where they live
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    shutil.copy(ROOT / "shared-kernels" / "pyproject.toml", tmp_path / "shared-kernels" / "pyproject.toml")
+    for src in catalog.source_dirs(ROOT):
+        shutil.copytree(
+            src,
+            tmp_path / src.relative_to(ROOT),
+            ignore=shutil.ignore_patterns("__pycache__"),
+            dirs_exist_ok=True,
+        )
     return tmp_path
 
 
@@ -68,6 +78,10 @@ def _planned_paper(scratch_repo: Path) -> catalog.Paper:
     lines = pyproject.read_text().splitlines(keepends=True)
     pyproject.write_text("".join(line for line in lines if not line.startswith(f"{_DEMOTED.id} = ")))
     (scratch_repo / "results" / f"{_DEMOTED.id}.json").unlink(missing_ok=True)
+    for module in (_DEMOTED.module, _DEMOTED.entry_point):  # a planned paper has no module on disk
+        as_file, as_package = catalog._module_path(scratch_repo, _DEMOTED.package, module)
+        as_file.unlink(missing_ok=True)
+        shutil.rmtree(as_package.parent, ignore_errors=True)
     catalog.write_readme(catalog.load(cat), scratch_repo / "README.md")
     assert not [line for line in catalog.check(scratch_repo) if line.startswith(f"{_DEMOTED.id}:")]
     return next(p for p in catalog.load(cat) if p.id == _DEMOTED.id)
@@ -212,3 +226,35 @@ def test_full_run_pending_is_only_for_implemented_papers(tmp_path: Path) -> None
     (tmp_path / "catalog.toml").write_text(text.replace(anchor, f'{anchor}\nfull_run_pending = "x"'))
     with pytest.raises(ValueError, match=f"{planned.id}: full_run_pending is only for implemented papers"):
         catalog.load(tmp_path / "catalog.toml")
+
+
+def test_check_reports_a_ledger_outcome_that_is_not_the_expected_one(scratch_repo: Path) -> None:
+    """``passed`` agrees with the expectation, but the recorded outcome does not (a FAIL recorded before the
+    catalog was changed to a known miss): the entry has to be re-recorded under the current expectation."""
+    miss = next(p for p in _implemented() if p.expects_miss("full"))
+    path = scratch_repo / "results" / f"{miss.id}.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "outcome": "FAIL"}))
+    problems = catalog.check(scratch_repo)
+    assert (
+        f"results/{miss.id}.json: records outcome 'FAIL' but the catalog's expectation makes a full run "
+        f"'KNOWN-MISS' (re-record: python tools/reproduce.py --only {miss.id} --full --record)" in problems
+    )
+
+
+def test_editing_a_papers_source_makes_its_ledger_entry_stale(scratch_repo: Path) -> None:
+    """The ledger records a hash of the sources each full run ran; a later edit of the paper's library
+    module (not its experiment, not a threshold) is caught, and only that paper is named."""
+    assert [line for line in catalog.check(scratch_repo) if "is stale" in line] == []
+    gas = next(p for p in _implemented() if p.id == "P05")
+    policy = scratch_repo / "packages/rl/src/icml25/rl/gas/policy.py"
+    policy.write_text(policy.read_text() + "\nTEMPERATURE = 0.5  # a change after the run was recorded\n")
+    stale = [line for line in catalog.check(scratch_repo) if "is stale" in line]
+    assert len(stale) == 1 and stale[0].startswith(
+        f"results/{gas.id}.json is stale: the paper's sources changed"
+    )
+
+
+def test_editing_the_reporting_plumbing_or_another_paper_stales_nothing_else(scratch_repo: Path) -> None:
+    report = scratch_repo / "shared-kernels/src/icml25/kernels/report.py"
+    report.write_text(report.read_text() + "\n# a new column in REPORT.md changes no paper's numbers\n")
+    assert [line for line in catalog.check(scratch_repo) if "is stale" in line] == []

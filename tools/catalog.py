@@ -164,9 +164,10 @@ def source_dirs(root: Path = ROOT) -> list[Path]:
     return [root / m.folder / "src" for m in workspace.members(root).values()]
 
 
-def current_source_hash(p: Paper, root: Path = ROOT) -> str:
-    """The source hash of paper ``p``'s experiment as the source tree at ``root`` holds it now."""
-    return provenance.source_hash(p.entry_point, provenance.find_in_tree(source_dirs(root)))
+def current_source_hash(p: Paper, root: Path = ROOT, find: provenance.Finder | None = None) -> str:
+    """The source hash of paper ``p``'s experiment as the source tree at ``root`` holds it now (``find``: a
+    finder over that tree to reuse across papers)."""
+    return provenance.source_hash(p.entry_point, find or provenance.find_in_tree(source_dirs(root)))
 
 
 def _git_finder(root: Path, commit: str) -> provenance.Finder:
@@ -303,11 +304,12 @@ def _ledger_catalog_problems(papers: list[Paper], ledger: dict[str, dict]) -> li
 
 def _ledger_source_problems(papers: list[Paper], ledger: dict[str, dict], root: Path) -> list[str]:
     problems = []
+    find = provenance.find_in_tree(source_dirs(root))
     for p in papers:
         entry = ledger.get(p.id)
         if p.status != "implemented" or p.full_run_pending or entry is None or "source_hash" not in entry:
             continue  # a missing source_hash is reported with the other missing fields
-        if entry["source_hash"] != current_source_hash(p, root):
+        if entry["source_hash"] != current_source_hash(p, root, find):
             problems.append(
                 f"results/{p.id}.json is stale: the paper's sources changed after the run was recorded "
                 f"(at {str(entry.get('git_commit'))[:7]}); re-record: "

@@ -23,12 +23,13 @@ Modules are hashed by content only (not path), so an installed wheel and the sou
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["PLUMBING", "ModuleSource", "find_in_tree", "find_installed", "source_closure", "source_hash"]
+__all__ = ["PLUMBING", "Finder", "ModuleSource", "find_in_tree", "find_installed", "source_closure", "source_hash"]
 
 # (is_package, source bytes) of a module, or None when the module is not icml25 code that can be found
 ModuleSource = tuple[bool, bytes]
@@ -55,7 +56,8 @@ def _resolve(node: ast.ImportFrom, module: str, is_package: bool) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
-def _imports(source: bytes, module: str, is_package: bool) -> list[tuple[str, tuple[str, ...]]]:
+@functools.lru_cache(maxsize=4096)
+def _imports(source: bytes, module: str, is_package: bool) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """``[(module, names)]`` of every import statement anywhere in the file (lazy imports included);
     ``names`` is empty for ``import x.y`` and lists the imported names for ``from x import a, b``."""
     found: list[tuple[str, tuple[str, ...]]] = []
@@ -64,7 +66,7 @@ def _imports(source: bytes, module: str, is_package: bool) -> list[tuple[str, tu
             found += [(alias.name, ()) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             found.append((_resolve(node, module, is_package), tuple(a.name for a in node.names)))
-    return found
+    return tuple(found)
 
 
 def source_closure(module: str, find: Finder) -> dict[str, bytes]:
@@ -130,8 +132,10 @@ def find_installed(name: str) -> ModuleSource | None:
 
 
 def find_in_tree(src_dirs: list[Path]) -> Finder:
-    """A finder over source folders (each holding ``icml25/...``), e.g. every package's ``src/``."""
+    """A finder over source folders (each holding ``icml25/...``), e.g. every package's ``src/``; it reads
+    each file once (make a new finder to see later edits)."""
 
+    @functools.lru_cache(maxsize=None)
     def find(name: str) -> ModuleSource | None:
         rel = Path(*name.split("."))
         for src in src_dirs:
