@@ -76,5 +76,7 @@ def test_the_installed_finder_agrees_with_the_tree(tmp_path: Path) -> None:
 
 
 def test_an_unknown_module_is_a_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="module must be an icml25 module that can be found, got 'icml25.nope'"):
+    with pytest.raises(
+        ValueError, match=r"module must be an icml25 module that can be found, got 'icml25\.nope'"
+    ):
         provenance.source_closure("icml25.nope", _tree(tmp_path, FILES))

@@ -29,7 +29,15 @@ import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["PLUMBING", "Finder", "ModuleSource", "find_in_tree", "find_installed", "source_closure", "source_hash"]
+__all__ = [
+    "PLUMBING",
+    "Finder",
+    "ModuleSource",
+    "find_in_tree",
+    "find_installed",
+    "source_closure",
+    "source_hash",
+]
 
 # (is_package, source bytes) of a module, or None when the module is not icml25 code that can be found
 ModuleSource = tuple[bool, bytes]
@@ -135,7 +143,7 @@ def find_in_tree(src_dirs: list[Path]) -> Finder:
     """A finder over source folders (each holding ``icml25/...``), e.g. every package's ``src/``; it reads
     each file once (make a new finder to see later edits)."""
 
-    @functools.lru_cache(maxsize=None)
+    @functools.cache
     def find(name: str) -> ModuleSource | None:
         rel = Path(*name.split("."))
         for src in src_dirs:
