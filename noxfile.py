@@ -51,7 +51,7 @@ CI_BUDGET_MINUTES = 40
 
 nox.options.default_venv_backend = "uv"
 nox.options.error_on_missing_interpreters = True
-nox.options.sessions = ["lint", *(f"tests-{name}" for name in PACKAGES), "integration"]
+nox.options.sessions = ["lint", *(f"tests-{name}" for name in PACKAGES), "integration", "quick-gates"]
 
 
 def _use_local_wheelhouse() -> None:
@@ -168,7 +168,42 @@ def integration(session: nox.Session) -> None:
     session.env["ICML25_WHEELHOUSE"] = str(Path(next(iter(wheels.values()))).parent)
     session.env["UV_CONSTRAINT"] = CONSTRAINTS
     session.run(
-        "pytest", "tests", "-p", "no:cacheprovider", "--durations=10", *_xdist_args(), *session.posargs
+        "pytest", "tests", "--ignore=tests/quick_gates", "-p", "no:cacheprovider", "--durations=10",
+        *_xdist_args(), *session.posargs,
+    )  # fmt: skip
+
+
+def _all_test_requirements() -> list[str]:
+    return sorted({req for reqs in TEST_REQUIRES.values() for req in reqs})
+
+
+@nox.session(name="quick-gates")
+@timed
+def quick_gates(session: nox.Session) -> None:
+    """Every paper's quick reproduction on another CPU's arithmetic: ``ATEN_CPU_CAPABILITY=default``
+    (PyTorch's scalar kernels instead of this machine's AVX2/AVX-512 ones) and two threads, where the package
+    sessions use the native kernels and one thread. A gate that holds only on the machine it was tuned on
+    fails here (tests/quick_gates)."""
+    _install_packages(session, list(PACKAGES))
+    session.install("-c", CONSTRAINTS, *TEST_TOOLS, *_all_test_requirements())
+    session.env.update({"ATEN_CPU_CAPABILITY": "default", "OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2"})
+    session.run(
+        "pytest", "tests/quick_gates", "-p", "no:cacheprovider", "--durations=10", *_xdist_args(),
+        *session.posargs,
+    )  # fmt: skip
+
+
+@nox.session
+@timed
+def slow(session: nox.Session) -> None:
+    """The ``@pytest.mark.slow`` tests of every package (each paper's full-run expectation, the Flower
+    Ray/gRPC runs), against the built wheels; not part of ``nox``'s default sessions (they take an hour or
+    more on 2 cores): run it before recording full runs. ``-- -k P05`` narrows it."""
+    _install_packages(session, list(PACKAGES))
+    session.install("-c", CONSTRAINTS, *TEST_TOOLS, *_all_test_requirements())
+    folders = [f"{folder}/tests" for folder, _ in PACKAGES.values()]
+    session.run(
+        "pytest", *folders, "-m", "slow", "-p", "no:cacheprovider", "--durations=20", *session.posargs
     )
 
 
