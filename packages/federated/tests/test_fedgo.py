@@ -325,8 +325,8 @@ def test_sign_error_fails_the_quick_gate() -> None:
     assert metrics["tv_to_oracle"] > 0.5
 
 
-@pytest.mark.slow
 def test_swapped_discriminators_fail_the_quick_gate() -> None:
+    """Each client weighted by another client's discriminator: the density ratios no longer match the data."""
     metrics, _ = experiment.measure(experiment.QUICK, 0, broken="swap")
     assert metrics["fedgo_ens_acc"] < metrics["baseline_uniform_ens_acc"] + 0.15
     assert metrics["tv_to_oracle"] > 0.5
