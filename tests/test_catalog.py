@@ -104,7 +104,7 @@ def test_check_reports_an_implemented_paper_without_module(scratch_repo: Path) -
     at = text.index(f'id = "{paper.id}"')
     name = paper.slug.replace("-", "_") + "_unbuilt"  # the demoted paper's real module exists
     implemented = (
-        f'status = "implemented"\nmodule = "icml25.{paper.area}.{name}"\n'
+        f'scope = "claim"\nstatus = "implemented"\nmodule = "icml25.{paper.area}.{name}"\n'
         f'entry_point = "icml25.{paper.area}.experiments.{name}"'
     )
     cat.write_text(text[:at] + text[at:].replace('status = "planned"', implemented, 1))
@@ -185,6 +185,7 @@ def test_readme_table_shows_claim_measured_baseline_and_status_from_the_ledger()
         ('expect = "miss"', "expect = 'miss' needs an implemented paper and a miss_reason"),
         ('expect = "maybe"', "expect must be one of"),
         ('miss_reason = "x"', "miss_reason given but expect = 'pass'"),
+        ('scope_note = "x"', "scope_note is for a 'mechanism' or 'partial' scope, got scope 'claim'"),
     ],
 )
 def test_load_rejects_a_malformed_expectation(tmp_path: Path, fields: str, message: str) -> None:
@@ -258,3 +259,34 @@ def test_editing_the_reporting_plumbing_or_another_paper_stales_nothing_else(scr
     report = scratch_repo / "shared-kernels/src/icml25/kernels/report.py"
     report.write_text(report.read_text() + "\n# a new column in REPORT.md changes no paper's numbers\n")
     assert [line for line in catalog.check(scratch_repo) if "is stale" in line] == []
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ('scope = "claim"\n', "", "an implemented paper needs scope, one of"),
+        ('scope = "claim"\n', 'scope = "mechanism"\n', "scope 'mechanism' needs a scope_note"),
+        ('scope = "claim"\n', 'scope = "headline"\n', "an implemented paper needs scope"),
+    ],
+)
+def test_every_implemented_paper_states_what_its_gate_tests(
+    tmp_path: Path, old: str, new: str, message: str
+) -> None:
+    text = catalog.CATALOG.read_text()
+    at = text.index('id = "P05"')
+    (tmp_path / "catalog.toml").write_text(text[:at] + text[at:].replace(old, new, 1))
+    with pytest.raises(ValueError, match=f"P05: {message}"):
+        catalog.load(tmp_path / "catalog.toml")
+
+
+def test_the_readme_counts_claims_mechanisms_partial_and_misses_from_the_ledger() -> None:
+    papers, ledger = catalog.load(), catalog.load_ledger(ROOT / "results")
+    recorded = [p for p in papers if p.status == "implemented" and not p.full_run_pending and p.id in ledger]
+    claims = sum(ledger[p.id]["passed"] and p.scope == "claim" for p in recorded)
+    mechanisms = sum(ledger[p.id]["passed"] and p.scope == "mechanism" for p in recorded)
+    misses = sum(not ledger[p.id]["passed"] for p in recorded)
+    sentence = catalog.ledger_counts(papers, ledger)
+    assert f"**{claims} claims reproduced**, {mechanisms} mechanisms reproduced" in sentence
+    assert f"{misses} known misses" in sentence
+    assert sentence in (ROOT / "README.md").read_text()
+    assert {p.id for p in papers if p.scope == "partial"} >= {"P34"}

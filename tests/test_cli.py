@@ -27,7 +27,7 @@ def test_list_shows_every_paper_with_status_package_installed_and_expectation(
     assert cli.main(["list"]) == 0
     lines = capsys.readouterr().out.splitlines()
     papers = catalog.load()
-    assert lines[0].split() == ["id", "status", "package", "installed", "expect", "title"]
+    assert lines[0].split() == ["id", "status", "package", "installed", "expect", "scope", "title"]
     rows = {line.split()[0]: line.split() for line in lines[1 : 1 + len(papers)]}
     assert list(rows) == [p.id for p in papers]
     installed = cli.installed_papers()
@@ -36,7 +36,7 @@ def test_list_shows_every_paper_with_status_package_installed_and_expectation(
         assert row[1] == p.status and row[2] == (p.distribution or "—")
         if p.status == "implemented":
             assert row[3] == ("yes" if p.id in installed else "no")
-            assert " ".join(row[4:]).startswith(p.expectation())
+            assert " ".join(row[4:]).startswith(f"{p.expectation()} {p.scope}")
     assert lines[-1].startswith(f"{len(papers)} papers: ")
     miss = next(p for p in papers if p.expect == "miss" and p.miss_in == ("full",))
     assert rows[miss.id][4:6] == ["miss", "(full)"]

@@ -83,8 +83,35 @@ def _ledger_status(p: Paper, entry: dict | None) -> str:
     if entry is None:
         return "quick only (no recorded full run)"
     if entry["passed"]:
-        return "reproduced" if not p.expects_miss("full") else "reproduced (catalog expects a miss)"
+        if p.expects_miss("full"):
+            return "reproduced (catalog expects a miss)"
+        return {
+            "claim": "claim reproduced",
+            "mechanism": "mechanism reproduced",
+            "partial": "reproduced in part",
+        }[p.scope]
     return "known miss" if p.expects_miss("full") else "not reproduced (unexpected)"
+
+
+def ledger_counts(papers: list[Paper], ledger: dict[str, dict]) -> str:
+    """One sentence counting, from the ledger, the claims and mechanisms reproduced, the partial
+    implementations that pass, the known misses and the pending full runs."""
+    counts = {"claim": 0, "mechanism": 0, "partial": 0, "miss": 0, "pending": 0}
+    for p in papers:
+        if p.status != "implemented":
+            continue
+        entry = ledger.get(p.id)
+        if p.full_run_pending or entry is None:
+            counts["pending"] += 1
+        elif entry["passed"]:
+            counts[p.scope] += 1
+        else:
+            counts["miss"] += 1
+    return (
+        f"From the ledger: **{counts['claim']} claims reproduced**, {counts['mechanism']} mechanisms "
+        f"reproduced (the headline outcome only reported), {counts['partial']} partial implementations that "
+        f"pass, {counts['miss']} known misses, {counts['pending']} full runs pending."
+    )
 
 
 def render_table(papers: list[Paper], ledger: dict[str, dict] | None = None) -> str:
@@ -94,6 +121,8 @@ def render_table(papers: list[Paper], ledger: dict[str, dict] | None = None) -> 
     """
     ledger = {} if ledger is None else ledger
     lines = [
+        ledger_counts(papers, ledger),
+        "",
         "| id | paper | package | claim | measured (full) | baseline | status |",
         "|---|---|---|---|---|---|---|",
     ]
@@ -103,6 +132,8 @@ def render_table(papers: list[Paper], ledger: dict[str, dict] | None = None) -> 
         if p.status == "implemented":
             entry = ledger.get(p.id)
             status = f"{_ledger_status(p, entry)}: `{p.module}`"
+            if p.scope != "claim":
+                status += f" — {p.scope}: {p.scope_note}"
             if entry is not None and not p.full_run_pending:
                 claim = entry["claim"].replace("|", "\\|")
                 measured = f"{entry['headline']} = {_fmt(entry['metrics'][entry['headline']])}"

@@ -5,8 +5,11 @@ reproductions are expected to do.
 wheel has it) is the single source of truth for the README table, ``icml25 list`` and the expectations of
 ``icml25 reproduce``: ``expect = "pass"`` (the default) or ``expect = "miss"`` with ``miss_reason``, a
 correct implementation that does not meet the paper's threshold at this scale; ``miss_in`` narrows a miss to
-``["quick"]`` or ``["full"]``. The repository's ``tools/catalog.py`` checks it against the packages, the
-README and the results ledger.
+``["quick"]`` or ``["full"]``. ``scope`` says what an implemented paper's full gate tests: ``claim`` (the
+paper's headline claim against its baseline), ``mechanism`` (the method's mechanism, while the headline
+outcome is only reported) or ``partial`` (part of the paper is not built), with a one-line ``scope_note``
+where it is not ``claim``. The repository's ``tools/catalog.py`` checks it against the packages, the README
+and the results ledger.
 """
 
 from __future__ import annotations
@@ -23,11 +26,12 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10: the same parser, from PyPI
     import tomli as tomllib
 
-__all__ = ["EXPECTS", "MODES", "STATUSES", "Paper", "load", "load_text"]
+__all__ = ["EXPECTS", "MODES", "SCOPES", "STATUSES", "Paper", "load", "load_text"]
 
 STATUSES = ("implemented", "planned", "out-of-scope")
 EXPECTS = ("pass", "miss")
 MODES = ("quick", "full")
+SCOPES = ("claim", "mechanism", "partial")
 N_PAPERS = 55
 
 
@@ -55,6 +59,10 @@ class Paper:
     miss_reason: str = ""
     miss_in: tuple[str, ...] = MODES
     """The modes (``quick``, ``full``) a known miss applies to."""
+    scope: str = ""
+    """What the full gate of an implemented paper tests: ``claim``, ``mechanism`` or ``partial``."""
+    scope_note: str = ""
+    """Why a ``mechanism`` or ``partial`` scope is not ``claim``: what is report-only, or not built."""
     full_run_pending: str = ""
     """Why an implemented paper's current full run is not in the ledger yet (e.g. it ran past a session);
     while set, a missing or stale ledger entry is reported as pending instead of failing the check."""
@@ -149,6 +157,14 @@ def _validate(p: Paper, packages: Collection[str] | None) -> None:
             )
     elif p.module or p.entry_point:
         raise ValueError(f"{p.id}: only implemented papers have module/entry_point (status {p.status!r})")
+    if p.status == "implemented" and p.scope not in SCOPES:
+        raise ValueError(f"{p.id}: an implemented paper needs scope, one of {SCOPES}, got {p.scope!r}")
+    if p.status != "implemented" and (p.scope or p.scope_note):
+        raise ValueError(f"{p.id}: only implemented papers have a scope (status {p.status!r})")
+    if p.scope in ("mechanism", "partial") and not p.scope_note.strip():
+        raise ValueError(f"{p.id}: scope {p.scope!r} needs a scope_note saying what the gate does not test")
+    if p.scope == "claim" and p.scope_note:
+        raise ValueError(f"{p.id}: scope_note is for a 'mechanism' or 'partial' scope, got scope 'claim'")
     if p.expect not in EXPECTS:
         raise ValueError(f"{p.id}: expect must be one of {EXPECTS}, got {p.expect!r}")
     if p.expect == "miss" and (p.status != "implemented" or not p.miss_reason.strip()):

@@ -37,15 +37,15 @@ def list_papers(*, implemented: bool = False, installed: bool = False) -> list[s
     """The lines ``icml25 list`` prints: a header, one row per paper, and a count."""
     papers = catalog.load()
     present = installed_papers()
-    rows = [("id", "status", "package", "installed", "expect", "title")]
+    rows = [("id", "status", "package", "installed", "expect", "scope", "title")]
     for p in papers:
         if (implemented and p.status != "implemented") or (installed and p.id not in present):
             continue
         here = "yes" if p.id in present else ("no" if p.status == "implemented" else "—")
-        rows.append((p.id, p.status, p.distribution or "—", here, p.expectation(), p.title))
+        rows.append((p.id, p.status, p.distribution or "—", here, p.expectation(), p.scope or "—", p.title))
     known = {p.id for p in papers}
     for pid in sorted(set(present) - known):  # an installed package newer than this catalog
-        rows.append((pid, "not in catalog", present[pid], "yes", "pass", "—"))
+        rows.append((pid, "not in catalog", present[pid], "yes", "pass", "—", "—"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1] for row in rows]
     counts = {s: sum(p.status == s for p in papers) for s in catalog.STATUSES}

@@ -86,6 +86,8 @@ class Expectation:
 
     miss_in: tuple[str, ...] = ()
     reason: str = ""
+    scope: str = "claim"
+    scope_note: str = ""
 
     def misses(self, quick: bool) -> bool:
         return ("quick" if quick else "full") in self.miss_in
@@ -96,7 +98,7 @@ def catalog_expectations() -> dict[str, Expectation]:
     from icml25.kernels import catalog
 
     return {
-        p.id: Expectation(p.miss_in if p.expect == "miss" else (), p.miss_reason)
+        p.id: Expectation(p.miss_in if p.expect == "miss" else (), p.miss_reason, p.scope, p.scope_note)
         for p in catalog.load()
         if p.status == "implemented"
     }
@@ -149,6 +151,8 @@ class Outcome:
             elif failed and not self.report.passed:
                 detail += f" [failed: {'; '.join(failed)}]"
         line = f"{self.paper} {self.status} {detail} {self.seconds:.1f}s"
+        if self.status == "PASS" and self.expectation.scope != "claim":
+            line += f"\n    scope: {self.expectation.scope} ({self.expectation.scope_note})"
         if self.status == "KNOWN-MISS":
             line += f"\n    known miss: {self.expectation.reason}"
         elif self.status == "INCONCLUSIVE":
@@ -262,6 +266,8 @@ def write_report(outcomes: list[Outcome], out_dir: Path, *, quick: bool, seed: i
             continue
         r = o.report
         lines += [f"**Claim.** {r.claim}", "", f"**Threshold.** {r.threshold}", ""]
+        scope = o.expectation.scope
+        lines += [f"**Scope.** {scope}" + (f": {o.expectation.scope_note}" if scope != "claim" else ""), ""]
         if o.status == "KNOWN-MISS":
             lines += [f"**Known miss.** {o.expectation.reason}", ""]
         preconditions = getattr(r, "preconditions", None) or {}
