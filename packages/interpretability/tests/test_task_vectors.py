@@ -305,7 +305,8 @@ def test_random_direction_control_patches_norm_matched_random_vectors(monkeypatc
         return 0.25 * len(seen)
 
     monkeypatch.setattr(exp, "patched_accuracy", fake)
-    v, q = torch.randn(16) * 7.0, {"input_ids": torch.zeros(2, 3, dtype=torch.long)}
+    v = torch.randn(16, generator=torch.Generator().manual_seed(123)) * 7.0
+    q = {"input_ids": torch.zeros(2, 3, dtype=torch.long)}
     got = exp.random_direction_accuracy(None, v, 2, q, 4, torch.Generator().manual_seed(0))
     assert got == pytest.approx((0.25 + 0.5 + 0.75 + 1.0) / 4)  # the mean over draws
     assert len(seen) == 4 and all(layer == 2 and queries is q for _, layer, queries in seen)
