@@ -42,6 +42,14 @@ class ListingStats:
         delays: CPU seconds (``time.process_time``) of listing work before each output (the first entry is
             the time to the first MAG); time spent by the consumer between outputs is excluded, and so is
             time the process spends descheduled (other processes on a shared machine).
+        closures: the machine-independent delay: closure calls (one per node of the listing tree: rules to
+            a fixpoint, conflict check and, with ``probing``, depth-1 probing) since the previous output,
+            one entry per output (the first counts from the start). Without dead ends a binary tree of
+            depth <= c (circles of the PAG) needs at most c + 1 of them.
+        rule_passes: rule saturations (``apply_rules`` calls, the probe closures included) in the same
+            intervals: the work inside the closures.
+        closures_after_last, rule_passes_after_last: the same counts after the last output, once the
+            listing has run to its end (``None`` while it has not).
         n_outputs: MAGs emitted.
         nodes: recursion nodes visited (root included).
         dead_ends: branches that emitted no MAG (0 for a locally complete rule set).
@@ -57,6 +65,10 @@ class ListingStats:
     invalid_leaves: int = 0
     checked_nodes: int = 0
     incomplete_nodes: int = 0
+    closures: list[int] = field(default_factory=list)
+    rule_passes: list[int] = field(default_factory=list)
+    closures_after_last: int | None = None
+    rule_passes_after_last: int | None = None
 
     @property
     def time_to_first(self) -> float:
@@ -66,6 +78,12 @@ class ListingStats:
         """max delay / median delay over the outputs after the first."""
         d = self.delays[1:]
         return float(max(d) / np.median(d)) if len(d) >= 2 and np.median(d) > 0 else float("nan")
+
+    def max_closure_delay(self) -> int:
+        """Most closure calls before an output, since the previous one, or after the last one when the
+        listing ran to its end (0 before anything was counted)."""
+        tail = [] if self.closures_after_last is None else [self.closures_after_last]
+        return max(self.closures + tail, default=0)
 
 
 def _check_pag(pag: object, strict: bool) -> bool:
@@ -161,16 +179,20 @@ def list_mags(
     oracle = _Oracle(pag) if check else None
     names = pag.names
     clock = [time.process_time()]
+    work = [0, 0]  # closure calls, rule passes since the last output
 
     def leaf_check(m: list[list[int]]) -> bool:
         return is_mag_marks(m) and equivalent_marks(m, ref)
 
     def visit(g: MixedGraph, idx: np.ndarray | None, closed: bool, cache: ProbeCache) -> Iterator[MAG]:
         st.nodes += 1
+        work[0] += 1
         try:
             close(g, rules, probing, cache, closed=closed)
         except Conflict:
             return
+        finally:
+            work[1] += cache.passes
         if oracle is not None and idx is not None and len(idx):
             st.checked_nodes += 1
             if not oracle.complete(g.m, idx):
@@ -183,6 +205,9 @@ def list_mags(
             now = time.process_time()
             st.delays.append(now - clock[0])
             st.n_outputs += 1
+            st.closures.append(work[0])
+            st.rule_passes.append(work[1])
+            work[0] = work[1] = 0
             yield MAG._trusted(g.m, names)
             clock[0] = time.process_time()
             return
@@ -208,6 +233,7 @@ def list_mags(
 
     root_idx = None if oracle is None else np.arange(len(oracle.mags))
     yield from visit(MixedGraph(pag.to_list()), root_idx, False, ProbeCache())
+    st.closures_after_last, st.rule_passes_after_last = work
 
 
 def apply_background_knowledge(

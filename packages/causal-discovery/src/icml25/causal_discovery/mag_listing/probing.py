@@ -31,13 +31,17 @@ class ProbeCache:
 
     ``results[(a, b, value)]``: ``closure(G + value at b on a - b)`` where this node computed it; a child
     of the listing tree that is exactly that branch starts from it instead of re-closing.
+
+    ``passes``: rule saturations (``apply_rules`` calls, probe closures included) run with this cache, the
+    machine-independent work count that :class:`~.listing.ListingStats` records per output.
     """
 
-    __slots__ = ("results", "witnesses")
+    __slots__ = ("passes", "results", "witnesses")
 
     def __init__(self, witnesses: list[MixedGraph] | None = None) -> None:
         self.witnesses = list(witnesses or ())
         self.results: dict[tuple[int, int, int], MixedGraph] = {}
+        self.passes = 0
 
     def for_child(self) -> ProbeCache:
         """The cache a child node starts with: this node's witnesses."""
@@ -80,6 +84,7 @@ def probe(g: MixedGraph, rules: Sequence[Rule], cache: ProbeCache | None = None)
             h = g.copy()
             try:
                 h.set(a, b, value)
+                cache.passes += 1
                 apply_rules(h, rules)
                 if find_conflict(h) is None:
                     ok.append(value)
@@ -91,6 +96,7 @@ def probe(g: MixedGraph, rules: Sequence[Rule], cache: ProbeCache | None = None)
             raise Conflict(f"both marks at {b} on {a}-{b} conflict")
         if len(ok) == 1:
             g.set(a, b, ok[0])
+            cache.passes += 1
             apply_rules(g, rules)
             changed = True
             # witnesses that disagree with the forced marks say nothing about g any more
@@ -115,8 +121,10 @@ def close(
     ``closed=True`` says ``g`` is already rule-closed and conflict-free (a probe result), so the first
     rule pass is skipped. ``cache`` (see :class:`ProbeCache`) carries witnesses in and results out.
     """
+    cache = cache if cache is not None else ProbeCache()
     while True:
         if not closed:
+            cache.passes += 1
             apply_rules(g, rules)
             reason = find_conflict(g)
             if reason is not None:
