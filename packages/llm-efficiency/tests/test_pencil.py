@@ -7,6 +7,7 @@ contract and the quick reproduction with a broken variant that must fail it."""
 
 from __future__ import annotations
 
+import itertools
 import warnings
 
 import numpy as np
@@ -479,6 +480,16 @@ def test_word_level_hf_tokenizer_matches_the_vocabulary() -> None:
 def test_threshold_text_is_the_checks() -> None:
     assert experiment.threshold(True).startswith("SAT context ratio strictly decreasing")
     assert "PENCIL accuracy >= CoT accuracy + 0.2" in experiment.threshold(False)
+
+
+def test_learning_rate_warms_up_then_follows_the_official_cosine_to_min_lr() -> None:
+    lrs = [experiment.lr_at(i, 600, 5e-3, 1e-4, 20) for i in range(600)]
+    assert lrs[0] == pytest.approx(5e-3 / 20) and lrs[19] == pytest.approx(5e-3)
+    assert lrs[-1] == pytest.approx(1e-4)
+    # LambdaLR calls the schedule once more after the last step
+    assert experiment.lr_at(600, 600, 5e-3, 1e-4, 20) == pytest.approx(1e-4)
+    assert all(a >= b for a, b in itertools.pairwise(lrs[19:]))
+    assert experiment.lr_at(320, 621, 5e-3, 1e-4, 20) == pytest.approx((5e-3 + 1e-4) / 2)  # halfway
 
 
 # The quick run trains two models (about 60 CPU-s on the shared 2-core machine): over the CI budget, so slow.
