@@ -8,19 +8,19 @@ language modelling.
 
 Our CPU-scale setting (:class:`Setting` gives each knob's paper value next to ours): a synthetic needle
 language (vocabulary 64 + ``[MASK]``): a sparse Markov filler with K key→value pairs inserted at random
-positions (keys drawn without replacement); half of the sequences end with ``QUERY KEY_j`` followed by
-``v_j``. Two tiny transformers ``LlamaForCausalLM`` models (hidden 128, 2 layers, 4 heads) from the same
-init and the same data stream: NTP (ratio 0) and MEAP (ratio 0.15, BOS and the final query tokens
-protected), AdamW lr 1e-3. Metrics: retrieval accuracy at the answer position on held-out sequences (by
-the third of the sequence where the needle sits) and the validation NLL of filler transitions; a
-report-only mechanism metric: attention entropy at the answer position over non-masked keys.
+positions (keys drawn without replacement); every training sequence ends with ``QUERY KEY_j v_j`` triples.
+Two tiny ``LlamaForCausalLM`` models (hidden 64, 2 layers, 4 heads) from the same init and the same data
+stream: NTP (ratio 0) and MEAP (ratio 0.15, BOS and the final query tokens protected), AdamW lr 3e-3.
+Metrics: retrieval accuracy at the answer position on held-out sequences (by the third of the sequence
+where the needle sits) and the validation NLL of filler transitions; report-only: attention entropy at
+the answer position over non-masked keys, and the filler NLL right after a masked input.
 
+Pre-condition (:func:`preconditions`): NTP retrieval accuracy ≥ 2 × chance (1/16) on every seed; a run
+where the baseline never learns the lookup measures nothing and is *inconclusive* (change the setting).
 Pass rule (:func:`checks`): full mode (mean over seeds) MEAP accuracy ≥ NTP + 5 points and MEAP filler
 NLL ≤ 1.05 × NTP's; quick mode the mechanics (both losses decrease, exactly ``max(1, floor(T·p))``
-inputs masked per row, labels never masked, ratio 0 gives the plain CE bit for bit) and the direction
-vs the baseline at what a short run can learn: on held-out sequences with 15% of the inputs masked,
-MEAP's NLL of the filler tokens right after a masked input ≤ 0.9 × NTP's (NTP never saw ``[MASK]``),
-with clean filler NLL ≤ 1.05 × NTP's.
+inputs masked per row, labels never masked, ratio 0 gives the plain CE bit for bit), the direction
+(MEAP accuracy > NTP's, at a shorter sequence where NTP leaves chance) and filler NLL ≤ 1.05 × NTP's.
 
 Run: ``python -m icml25.llm_efficiency.experiments.meap [--full] [--seed N] [--out DIR]``.
 """
@@ -68,50 +68,68 @@ MASK = VOCAB  # [MASK] is token 64; the models have 65 embeddings
 
 @dataclass(frozen=True)
 class Setting:
-    """One reproduction scale: data, model, training budget, evaluation and pass bars."""
+    """One reproduction scale: data, model, training budget, evaluation and pass bars.
+
+    Calibrated once (as the third review of the plan asks) so that the NTP baseline learns the lookup: at
+    T=64 / hidden 128 / lr 1e-3 / 300 steps with half the sequences carrying a query, NTP stayed at chance
+    (6.15% vs 6.25%) and the comparison measured nothing. Full: the reviewed calibration point (T=32,
+    hidden 64, lr 3e-3, 1,500 steps, every sequence with a query) at the plan's batch 32, where NTP sits
+    at 30-77% per seed. Quick: a shorter sequence (T=16) at which NTP leaves chance within a test's
+    budget.
+    """
 
     T: int
-    """Tokens per sequence (paper: 4,096 packed C4 tokens; ours 64, quick 32)."""
+    """Tokens per sequence (paper: 4,096 packed C4 tokens; ours 32, quick 16)."""
     n_pairs: int
-    """Key→value pairs per sequence (paper: one needle in a haystack; ours 3, quick 2)."""
+    """Key→value pairs per sequence (paper: one needle in a haystack; ours 2)."""
     n_queries: int
-    """``QUERY KEY_j v_j`` triples closing a query row (one needle question in NIAH; ours 2 for a denser retrieval signal)."""
+    """``QUERY KEY_j v_j`` triples closing a query row (one needle question in NIAH; ours 2 for a denser
+    retrieval signal)."""
     steps: int
-    """Optimizer steps per arm (paper: 190k at 256 sequences; ours 300, quick 40: the CPU budget)."""
+    """Optimizer steps per arm (paper: 190k at 256 sequences; ours 1,500 as planned, quick 500)."""
     batch: int
-    """Sequences per step (paper 256; ours 32, quick 16)."""
+    """Sequences per step (paper 256; ours 32)."""
     n_seeds: int
     """Seeds averaged (paper: one run per model; ours 3, quick 1)."""
     n_eval: int
-    """Held-out query sequences (ours 2,000, quick 128)."""
-    hidden: int = 128
-    """Model width (paper 2,048 for the 1.1B model; ours 128, quick 64)."""
+    """Held-out query sequences (ours 2,000, quick 500)."""
+    hidden: int = 64
+    """Model width (paper 2,048 for the 1.1B model; ours 64, the reviewed calibration point)."""
     layers: int = 2
     """Decoder layers (paper 24; ours 2)."""
     heads: int = 4
     """Attention heads (paper: 32 query heads in 2 KV groups; ours 4, no GQA)."""
-    lr: float = 1e-3
-    """AdamW learning rate (paper 4e-4 cosine to 4e-5 with 10% warm-up; ours constant 1e-3)."""
+    lr: float = 3e-3
+    """AdamW learning rate (paper 4e-4 cosine to 4e-5 with 10% warm-up; ours constant 3e-3)."""
     ratio: float = 0.15
     """MEAP masking ratio of the input tokens (paper pre-training 0.15, as here)."""
-    query_fraction: float = 0.5
-    """Fraction of training sequences ending in a query (ours 0.5; the rest are pure LM)."""
+    query_fraction: float = 1.0
+    """Fraction of training sequences ending in queries (paper: NIAH is evaluated, not trained; ours 1.0:
+    at 0.5 NTP never left chance)."""
     full_gates: bool = True
-    """Gate on retrieval accuracy (full) or on the mechanics and masked-context NLL (quick)."""
+    """Gate on the +5-point accuracy margin (full) or on the mechanics and the direction (quick)."""
 
 
-FULL = Setting(T=64, n_pairs=3, n_queries=2, steps=300, batch=32, n_seeds=3, n_eval=2000)
-QUICK = Setting(
-    T=32, n_pairs=2, n_queries=2, steps=40, batch=16, n_seeds=1, n_eval=128, hidden=64, full_gates=False
-)
+FULL = Setting(T=32, n_pairs=2, n_queries=2, steps=1500, batch=32, n_seeds=3, n_eval=2000)
+QUICK = Setting(T=16, n_pairs=2, n_queries=2, steps=500, batch=32, n_seeds=1, n_eval=500, full_gates=False)
 
+CHANCE = 1.0 / N_VALUES
+"""Retrieval accuracy of a guess among the value tokens."""
 ACC_MARGIN = 0.05
 """MEAP retrieval accuracy minus NTP's, at least (our CPU-scale bar: +5 points; the paper's NIAH gap is ~34)."""
 NLL_RATIO = 1.05
 """MEAP filler NLL over NTP's, at most (LM ability not destroyed)."""
-MASKED_NLL_RATIO = 0.9
-"""Quick: MEAP's NLL of filler tokens right after a masked input over NTP's, at most (our bar: MEAP learned
-to predict through holes in its context, NTP never saw ``[MASK]``)."""
+
+
+def preconditions(setting: Setting) -> list[Check]:
+    """When the comparison can show the effect at all: the NTP baseline learned the lookup on every seed."""
+    del setting  # the same condition in both modes
+    return [
+        Check(
+            "NTP accuracy >= 2 x chance (1/16) on every seed",
+            lambda m: m["baseline_ntp_accuracy_min_seed"] >= 2 * CHANCE,
+        )
+    ]
 
 
 def checks(setting: Setting) -> list[Check]:
@@ -133,10 +151,7 @@ def checks(setting: Setting) -> list[Check]:
         Check("exactly max(1, floor(T*p)) inputs masked per row", lambda m: m["mask_count_exact"] == 1.0),
         Check("labels never masked", lambda m: m["labels_clean"] == 1.0),
         Check("ratio 0 loss == plain causal-LM loss", lambda m: m["ratio0_identical"] == 1.0),
-        Check(
-            f"MEAP masked-context NLL <= {MASKED_NLL_RATIO:g} x NTP's",
-            lambda m: m["meap_masked_nll"] <= MASKED_NLL_RATIO * m["baseline_ntp_masked_nll"],
-        ),
+        Check("MEAP accuracy > NTP accuracy", lambda m: m["meap_accuracy"] > m["baseline_ntp_accuracy"]),
         nll,
     ]
 
@@ -289,6 +304,8 @@ def evaluate_arm(model: Any, setting: Setting, data: dict[str, np.ndarray], seed
     hit = pred == data["answer"]
     thirds = np.minimum(data["needle_pos"] * 3 // H, 2)
     out = {"accuracy": float(hit.mean())}
+    for i in range(setting.n_queries):
+        out[f"accuracy_query{i + 1}"] = float(hit[:, i].mean())
     for k, name in enumerate(("first", "middle", "last")):
         sel = thirds == k
         out[f"accuracy_{name}"] = float(hit[sel].mean()) if sel.any() else math.nan
@@ -389,6 +406,7 @@ def run(quick: bool = True, seed: int = 0, out_dir: str | Path | None = None, _m
     metrics.pop("meap_loss_decreased")
     metrics.pop("baseline_ntp_loss_decreased")
     metrics.update(mech)
+    metrics["baseline_ntp_accuracy_min_seed"] = min(r["ntp_accuracy"] for r in per_seed)
     for i, r in enumerate(per_seed):
         metrics[f"seed{i}_meap_accuracy"] = r["meap_accuracy"]
         metrics[f"seed{i}_ntp_accuracy"] = r["ntp_accuracy"]
@@ -398,12 +416,14 @@ def run(quick: bool = True, seed: int = 0, out_dir: str | Path | None = None, _m
         paper=PAPER,
         claim=CLAIM,
         checks=checks(setting),
+        preconditions=preconditions(setting),
         metrics=metrics,
         headline="meap_accuracy",
         baseline="baseline_ntp_accuracy",
         figures=figures,
         notes=(
-            f"Needle language T={setting.T}, {setting.n_pairs} key-value pairs, vocab 64 + [MASK]; "
+            f"Needle language T={setting.T}, {setting.n_pairs} key-value pairs, {setting.n_queries} query "
+            f"triple(s) on {setting.query_fraction:.0%} of the training sequences, vocab 64 + [MASK]; "
             f"LlamaForCausalLM hidden {setting.hidden}, {setting.layers} layers, {setting.heads} heads; "
             f"{setting.steps} AdamW steps (lr {setting.lr:g}) at batch {setting.batch} per arm, same init and "
             f"data stream; {setting.n_seeds} seed(s); {setting.n_eval} held-out query sequences. MEAP ratio "
