@@ -176,6 +176,42 @@ def test_make_tfl_from_labels_and_from_scoring_callables() -> None:
     assert np.array_equal(s3, clf.predict_proba(Xb)[np.arange(50), yb3] >= 0.5)
 
 
+# ------------------------------------------------------------------------------------------ complementary baselines
+def test_complementary_losses_match_their_formulas() -> None:
+    """SCL-NL is CE on True plus −log(1 − q_ȳ) on False; Ishida's unbiased form is the mean of
+    ``Σ_j CE_j − (K − 1) CE_ȳ`` on False; the non-negative form clips its per-class terms at 0."""
+    g = torch.Generator().manual_seed(0)
+    K = 5
+    logits = 3 * torch.randn(40, K, generator=g, dtype=torch.float64)
+    ybar = torch.randint(0, K, (40,), generator=g)
+    s = torch.rand(40, generator=g) < 0.25
+    log_q = torch.log_softmax(logits, 1)
+    ce_bar = -log_q[torch.arange(40), ybar]
+    scl = torch.where(s, ce_bar, -torch.log1p(-log_q.exp()[torch.arange(40), ybar])).mean()
+    torch.testing.assert_close(tfl._complementary_loss(logits, ybar, s, "scl_nl"), scl)
+    ure = torch.where(s, ce_bar, -log_q.sum(1) - (K - 1) * ce_bar).mean()
+    torch.testing.assert_close(tfl._complementary_loss(logits, ybar, s, "unbiased"), ure)
+    f = ~s
+    terms = torch.stack(
+        [(-log_q[f, k]).sum() - (K - 1) * (-log_q[f & (ybar == k), k]).sum() for k in range(K)]
+    )
+    assert bool((terms < 0).any())  # the example exercises the correction
+    nn_risk = (ce_bar[s].sum() + terms.clamp(min=0).sum()) / 40
+    torch.testing.assert_close(tfl._complementary_loss(logits, ybar, s, "non_negative"), nn_risk)
+    assert float(nn_risk) > float(ure)
+    only_true = torch.ones(40, dtype=torch.bool)
+    for form in ("scl_nl", "unbiased", "non_negative"):
+        torch.testing.assert_close(tfl._complementary_loss(logits, ybar, only_true, form), ce_bar.mean())
+
+
+def test_complementary_estimators_learn_from_false_answers() -> None:
+    X, y = _blobs(400)
+    ybar, s = make_tfl(y, 3, seed=0)
+    Xt, yt = _blobs(300, seed=9)
+    for loss in ("complementary", "complementary_nn"):
+        assert TFLClassifier((16,), loss=loss, epochs=30, seed=0).fit(X, ybar, s).score(Xt, yt) > 0.9, loss
+
+
 # ------------------------------------------------------------------------------------------ estimator
 def test_estimator_learns_from_tfl_and_all_true_equals_supervised() -> None:
     X, y = _blobs(400)

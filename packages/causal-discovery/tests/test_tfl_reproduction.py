@@ -39,3 +39,14 @@ def test_broken_variant_fails_the_quick_gate() -> None:
 def test_full_threshold_text_names_every_check() -> None:
     text = exp.threshold(quick=False)
     assert "digits: RC >= true-only + 0.10" in text and "fashion: RC >= pseudo-label" in text
+
+
+@pytest.mark.slow
+def test_full_run_is_the_recorded_known_miss() -> None:
+    """The full run (about 1 min of CPU, 3 min on the loaded 2-core machine) misses exactly "RC >= pseudo-label
+    + 0.01" on digits (recorded: 0.830 vs 0.822) and holds every other check, the complementary baseline
+    included (0.830 vs 0.710)."""
+    report = exp.run(quick=False, seed=0)
+    assert report.passed is False
+    assert [name for name, ok in report.checks.items() if not ok] == ["digits: RC >= pseudo-label + 0.01"]
+    assert report.metrics["digits_rc"] >= report.metrics["digits_complementary"] + 0.08

@@ -59,8 +59,8 @@ __all__ = [
     "tfl_rc_loss",
 ]
 
-LOSSES = ("rc", "true_only", "complementary")
-"""Training objectives of :class:`TFLClassifier`: the RC loss and two baselines on the same TFLs."""
+LOSSES = ("rc", "true_only", "complementary", "complementary_nn", "complementary_unbiased")
+"""Training objectives of :class:`TFLClassifier`: the RC loss and four baselines on the same TFLs."""
 REDUCTIONS = ("mean", "sum", "none", "official")
 _PRIOR_ATOL = 1e-4
 _X_MAX = 1e15
@@ -338,14 +338,44 @@ def tfl_rc_loss(
     return true_part + false_loss[~sb].sum()
 
 
-def _complementary_loss(logits: torch.Tensor, ybar: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-    """CE on True samples; on False ones Ishida et al.'s (2019) unbiased complementary-label risk
-    ``Σ_j CE_j − (K − 1) CE_ȳ`` (ȳ is uniform over the classes other than y there). Mean over samples."""
+def _complementary_loss(logits: torch.Tensor, ybar: torch.Tensor, s: torch.Tensor, form: str) -> torch.Tensor:
+    """CE on True samples plus a complementary-label loss on False ones (ȳ is then uniform over the classes
+    other than y), weighted by the two groups' shares, so the result is a mean over samples.
+
+    ``form``:
+
+    * ``"scl_nl"``: Chou et al.'s (2020) surrogate complementary loss ``−log(1 − q_ȳ)`` per False sample (the
+      bounded loss they propose after showing that the unbiased estimator's variance misleads training);
+    * ``"unbiased"``: Ishida et al.'s (2019) unbiased estimator, the mean of ``Σ_j CE_j − (K − 1) CE_ȳ``;
+    * ``"non_negative"``: the same split into per-class terms ``R_k = Σ_i CE_k(x_i) / n_F − (K − 1) ·
+      Σ_{i: ȳ_i = k} CE_k(x_i) / n_F`` (over the ``n_F`` False samples; each estimates ``π_k E_k[CE_k] ≥ 0``),
+      each clipped at 0: Ishida et al.'s max-operator correction.
+    """
     log_q = torch.log_softmax(logits, dim=-1)
     K = logits.shape[1]
-    ce_bar = -log_q.gather(1, ybar[:, None]).squeeze(1)
-    comp = -log_q.sum(dim=1) - (K - 1) * ce_bar
-    return torch.where(s, ce_bar, comp).mean()
+    ce = -log_q
+    ce_bar = ce.gather(1, ybar[:, None]).squeeze(1)
+    n, f = logits.shape[0], ~s
+    n_false = int(f.sum())
+    true_part = ce_bar[s].sum() / n
+    if n_false == 0:
+        return true_part
+    if form == "scl_nl":
+        q_bar = log_q.gather(1, ybar[:, None]).squeeze(1)[f]
+        return true_part + (-torch.log(-torch.expm1(q_bar).clamp(max=-1e-7))).sum() / n
+    ce_f = ce[f]
+    onehot = F.one_hot(ybar[f], K).to(ce.dtype)
+    per_class = (ce_f.sum(0) - (K - 1) * (onehot * ce_f).sum(0)) / n_false
+    if form == "non_negative":
+        per_class = per_class.clamp(min=0.0)
+    return true_part + per_class.sum() * (n_false / n)
+
+
+_COMPLEMENTARY = {
+    "complementary": "scl_nl",
+    "complementary_nn": "non_negative",
+    "complementary_unbiased": "unbiased",
+}
 
 
 # ------------------------------------------------------------------------------------------ estimator
@@ -376,7 +406,10 @@ class TFLClassifier(ClassifierMixin, BaseEstimator):
     Parameters:
         hidden_layer_sizes: MLP hidden widths; ``()`` is multinomial logistic regression.
         loss: ``"rc"`` (the paper's), or the baselines ``"true_only"`` (CE on the True samples) and
-            ``"complementary"`` (CE on True, Ishida's unbiased complementary loss on False).
+            CE on True plus a complementary-label loss on False: ``"complementary"`` (Chou et al.'s 2020
+            bounded surrogate ``−log(1 − q_ȳ)``), ``"complementary_nn"`` (Ishida et al.'s 2019 unbiased risk
+            with their non-negative max-operator correction per class) and ``"complementary_unbiased"``
+            (Ishida et al.'s unbiased risk alone, which a flexible model drives to −∞).
         normalize, reduction, eps: of :func:`tfl_rc_loss` (``reduction`` in ``"mean"``, ``"official"``).
         prior_weight: weight of the given prior against the model's own prediction (paper 0.9).
         prior_temperature: sharpening of the given prior (0 = one-hot; 1 = unchanged). Sharp priors work
@@ -569,8 +602,8 @@ class TFLClassifier(ClassifierMixin, BaseEstimator):
             for start in range(0, n, bs):
                 idx = order[start : start + bs]
                 logits = model(Xt[idx])
-                if params["loss"] == "complementary":
-                    loss = _complementary_loss(logits, yt[idx], st[idx])
+                if params["loss"] in _COMPLEMENTARY:
+                    loss = _complementary_loss(logits, yt[idx], st[idx], _COMPLEMENTARY[params["loss"]])
                 elif params["loss"] == "true_only":
                     loss = F.cross_entropy(logits, yt[idx])
                 else:
