@@ -329,7 +329,6 @@ def test_quick_reproduction_passes() -> None:
     assert report.threshold == exp.threshold(quick=True)
 
 
-@pytest.mark.slow
 def test_quick_gate_fails_for_context_blind_variant(monkeypatch: pytest.MonkeyPatch) -> None:
     """Broken variant: each series' Koopman-Kalman latent path is swapped with another series' (batch roll),
     so the forecast no longer follows its own context; it ties climatology and fails the quick gate."""
