@@ -364,7 +364,6 @@ def test_quick_reproduction_passes() -> None:
     assert report.threshold == exp.threshold(quick=True)
 
 
-@pytest.mark.slow
 def test_quick_gate_fails_for_cdf_as_density_variant() -> None:
     """Broken variant: the official code's Gumbel branch, the log-CDF used as the log-density; the copula no
     longer recovers θ (it drifts to > 4 for dependent and independent pairs alike) and the quick gate fails."""
@@ -378,7 +377,7 @@ def test_quick_gate_fails_for_cdf_as_density_variant() -> None:
 
 
 def test_imputation_r2_of_a_constant_fill_is_exactly_minus_the_offset() -> None:
-    """R² of a constant imputation c is −n‖c − h̄‖² / Σ‖h − h̄‖² ≤ 0 (the R² check's baseline claim)."""
+    """R² of a constant imputation c is −n‖c − h̄‖² / Σ‖h − h̄‖² ≤ 0 (why the reported R² metric compares against 0)."""
     from icml25.generative_models.experiments import copula_multimodal as exp
 
     train, test = exp.make_data(200, 0.3, seed=1), exp.make_data(100, 0.5, seed=2)
@@ -388,3 +387,18 @@ def test_imputation_r2_of_a_constant_fill_is_exactly_minus_the_offset() -> None:
     expected = -len(h) * (h.mean(0) ** 2).sum() / ((h - h.mean(0)) ** 2).sum()
     assert exp.imputation_r2(est, test) == pytest.approx(expected, rel=1e-4)
     assert expected < 0
+
+
+@pytest.mark.slow
+def test_full_run_passes_every_check() -> None:
+    """The recorded expectation of the full run (3 seeds, 40 epochs; about 4 CPU-minutes on one core): every
+    check of the pass rule holds; the imputed-embedding R² is reported, not gated, and stays below 0 (the
+    copula term collapses B's mixture onto one component)."""
+    from icml25.generative_models.experiments import copula_multimodal as exp
+
+    report = exp.run(quick=False, seed=0)
+    assert report.passed, report.summary()
+    m = report.metrics
+    assert m["cm2_auroc_missing"] >= m["baseline_zero_fill_auroc_missing"] + 0.01
+    assert m["cm2_impute_r2"] < 0.0
+    assert "R^2" not in report.threshold

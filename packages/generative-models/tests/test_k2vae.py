@@ -329,10 +329,9 @@ def test_quick_reproduction_passes() -> None:
     assert report.threshold == exp.threshold(quick=True)
 
 
-@pytest.mark.slow
 def test_quick_gate_fails_for_context_blind_variant(monkeypatch: pytest.MonkeyPatch) -> None:
     """Broken variant: each series' Koopman-Kalman latent path is swapped with another series' (batch roll),
-    so the forecast no longer follows its own context; it ties climatology and fails the quick gate."""
+    so the forecast no longer follows its own context; it ties climatology and fails both quick checks."""
     from icml25.generative_models.experiments import k2vae as exp
 
     encode = k2mod.K2VAE.encode
@@ -345,4 +344,25 @@ def test_quick_gate_fails_for_context_blind_variant(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(k2mod.K2VAE, "encode", misaligned)
     report = exp.run(quick=True, seed=0)
     assert report.passed is False
-    assert report.failed_checks == ["K2VAE CRPS <= (climatology CRPS + oracle CRPS) / 2"]
+    # with the loss on the denormalised outputs the misaligned model also fails to lower its loss by 30%
+    assert report.failed_checks == [
+        "K2VAE loss drop >= 0.3",
+        "K2VAE CRPS <= (climatology CRPS + oracle CRPS) / 2",
+    ]
+
+
+@pytest.mark.slow
+def test_full_run_matches_its_recorded_known_miss() -> None:
+    """The catalog records a known miss in full (1,500 steps, 3 seeds; about 7 CPU-minutes on one core):
+    K2VAE beats neither the GRU nor 0.85 x seasonal-naive, and its ratio to the GRU grows with the horizon;
+    the 80% coverage holds, and over the first 24 steps K2VAE still beats seasonal-naive."""
+    from icml25.generative_models.experiments import k2vae as exp
+
+    report = exp.run(quick=False, seed=0)
+    assert report.passed is False
+    assert [name for name, ok in report.checks.items() if not ok] == [
+        "K2VAE CRPS <= 0.85 x seasonal-naive CRPS",
+        "K2VAE CRPS <= 1 x GRU CRPS",
+        "K2VAE/GRU CRPS ratio at H=192 < ratio at H=24",
+    ]
+    assert report.metrics["k2vae_crps_h24"] < report.metrics["baseline_seasonal_naive_crps_h24"]
