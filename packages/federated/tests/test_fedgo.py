@@ -306,7 +306,6 @@ def test_quick_reproduction_passes() -> None:
     assert m["fedgo_ens_acc"] >= m["baseline_uniform_ens_acc"] + 0.15
     assert m["tv_to_oracle"] < 0.15
     assert m["fedgo_distilled_acc"] > m["baseline_uniform_distilled_acc"]
-    assert report.threshold == experiment.threshold(quick=True)
 
 
 def test_sign_error_fails_the_quick_gate() -> None:

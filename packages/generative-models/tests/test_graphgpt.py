@@ -348,7 +348,6 @@ def test_quick_reproduction_passes() -> None:
     assert report.passed, report.checks
     assert report.metrics["roundtrip_fraction"] == 1.0
     assert report.metrics["masked_node_loss"] < report.metrics["masked_node_loss_init"] - 0.8
-    assert report.threshold == exp.threshold(quick=True)
 
 
 def test_broken_serialization_fails_the_quick_gate() -> None:

@@ -326,7 +326,6 @@ def test_quick_reproduction_passes() -> None:
     report = exp.run(quick=True, seed=0)
     assert report.passed, report.summary() if hasattr(report, "summary") else report
     assert report.metrics["k2vae_crps"] < report.metrics["baseline_climatology_crps"]
-    assert report.threshold == exp.threshold(quick=True)
 
 
 def test_quick_gate_fails_for_context_blind_variant(monkeypatch: pytest.MonkeyPatch) -> None:

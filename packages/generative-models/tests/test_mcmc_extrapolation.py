@@ -247,7 +247,6 @@ def test_quick_gate_passes() -> None:
     report = exp.run(quick=True, seed=0)
     assert report.passed, report.summary()
     assert report.metrics["f_qtheta"] > report.metrics["baseline_f_mcmc_short"] + 3.0
-    assert report.threshold == exp.threshold(True)
 
 
 def test_broken_variant_fails_quick_gate() -> None:

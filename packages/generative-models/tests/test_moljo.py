@@ -322,7 +322,6 @@ def test_quick_reproduction_passes():
     report = exp.run(quick=True, seed=0)
     assert report.passed, report.checks
     assert report.metrics["score_b"] > report.metrics["baseline_score_a"]
-    assert report.threshold == exp.threshold(quick=True)
 
 
 def test_broken_variant_flipped_gradient_sign_fails_the_quick_gate():
@@ -336,4 +335,3 @@ def test_full_reproduction_passes():
     """The full run (about 4 min of CPU) passes every check (recorded: joint-guided score 53.1 vs unguided 12.9)."""
     report = exp.run(quick=False, seed=0)
     assert report.passed, report.checks
-    assert report.threshold == exp.threshold(False)

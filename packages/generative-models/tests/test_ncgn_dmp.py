@@ -257,7 +257,6 @@ def test_quick_reproduction_passes():
     m = report.metrics
     assert m["rf_dmp_s0"] == 1.0  # the coarse graph at pure noise is all-to-all after 2 layers
     assert m["baseline_rf_knn_s0"] < 0.2
-    assert report.threshold == exp.threshold(quick=True)
 
 
 def test_broken_variant_inverted_schedule_fails_the_quick_gate():

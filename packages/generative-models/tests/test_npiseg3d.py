@@ -267,7 +267,6 @@ def test_bad_sample_count_and_scene_weight():
 # ---------------------------------------------------------------------------------------- reproduction
 def test_quick_reproduction_passes_and_broken_variant_fails():
     report = exp.run(quick=True, seed=0)
-    assert report.threshold == exp.threshold(quick=True)
     assert report.passed, report.checks
     m = report.metrics
     broken = exp.evaluate(exp.QUICK, seed=0, variant="collapsed_sigma", baseline_metrics=m)
@@ -280,5 +279,4 @@ def test_quick_reproduction_passes_and_broken_variant_fails():
 @pytest.mark.slow
 def test_full_reproduction_passes():
     report = exp.run(quick=False, seed=0)
-    assert report.threshold == exp.threshold(quick=False)
     assert report.passed, report.checks

@@ -228,7 +228,6 @@ def test_threshold_text_is_the_reported_rule() -> None:
 def test_quick_reproduction_passes() -> None:
     report = exp.run(quick=True, seed=0)
     assert report.passed, report.checks
-    assert report.threshold == exp.threshold(True)
     m = report.metrics
     assert m["lipsync"] >= 0.5 > m["baseline_lipsync_shuffled"]
     assert m["zero_init_max_diff"] == 0.0
@@ -247,7 +246,6 @@ def test_full_reproduction_passes():
     """The full run (about 3.5 min of CPU) passes every check of the plan (recorded: lip-sync 0.995)."""
     report = exp.run(quick=False, seed=0)
     assert report.passed, report.checks
-    assert report.threshold == exp.threshold(False)
     m = report.metrics
     assert m["pose_error"] == 0.0 and m["stage1_identical"] == 1.0
     assert m["emotion_acc"] >= 0.8 >= 0.4 >= m["stage1_emotion_acc"]

@@ -261,7 +261,6 @@ def test_quick_reproduction_passes() -> None:
     report = exp.run(quick=True, seed=0)
     m = report.metrics
     assert report.passed, report.summary()
-    assert report.threshold == exp.threshold(quick=True)
     assert m["aligner_ce"] < 0.5 and m["t5_thinkdiff_acc"] >= 0.8 and m["baseline_t5_input_acc"] <= 0.3
     assert m["t5_random_acc"] <= 0.2
 

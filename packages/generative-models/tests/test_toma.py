@@ -182,7 +182,6 @@ def test_plan_rejects_tokens_of_another_shape():
 def test_quick_reproduction_passes():
     report = exp.run(quick=True, seed=0)
     assert report.passed, report.summary() if hasattr(report, "summary") else report
-    assert report.threshold == exp.threshold(quick=True)
     assert report.metrics["toma_forbidden_ops"] == 0 and report.metrics["tomesd_forbidden_ops"] > 0
     assert report.metrics["attn_flops_ratio_r0.5"] == 0.25
 

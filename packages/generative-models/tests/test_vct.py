@@ -330,7 +330,6 @@ def test_rejected_fit_keeps_state() -> None:
 def test_quick_reproduction_passes_and_broken_variant_fails() -> None:
     report = exp.run(quick=True, seed=0)
     assert report.passed, report.checks
-    assert report.threshold == exp.threshold(quick=True)
     assert report.metrics["vc_separation_min"] >= 0.15
     broken = exp.evaluate(exp.QUICK, seed=0, detach_encoder=True)  # encoder gets the KL gradient only
     assert not broken.passed

@@ -307,7 +307,6 @@ def test_quick_reproduction_passes(tmp_path) -> None:
 
     rep = E.run(quick=True, seed=0, out_dir=tmp_path)
     assert [p.name for p in rep.figures] == ["p35_vimts_forecast.png"] and rep.figures[0].exists()
-    assert rep.threshold == E.threshold(True)
     assert rep.passed is True, rep.metrics
     assert rep.metrics["vimts_mse"] < 0.5 * rep.metrics["history_mean_mse"]
     assert rep.metrics["ssl_loss_last"] < rep.metrics["ssl_loss_first"]
@@ -329,4 +328,3 @@ def test_full_reproduction_passes():
 
     report = exp.run(quick=False, seed=0)
     assert report.passed, report.checks
-    assert report.threshold == exp.threshold(False)

@@ -279,7 +279,6 @@ def test_quick_reproduction_passes() -> None:
     report = exp.run(quick=True, seed=0)
     assert report.passed, report
     assert report.metrics["oracle_rel_mse"] < 0.02 < report.metrics["baseline_mean_rel_mse"]
-    assert report.threshold == exp.threshold(quick=True)
 
 
 def test_quick_gate_fails_for_wrong_read_back_scale(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -438,7 +438,6 @@ def test_quick_gate_passes_against_the_mms_baseline():
     elapsed = time.perf_counter() - t0
     print(report.metrics, f"{elapsed:.1f}s")
     assert report.passed is True and all(report.checks.values())
-    assert report.threshold == experiment.threshold(quick=True)
     assert list(report.checks) == [c.name for c in experiment.checks(experiment.QUICK)]
     m = report.metrics
     assert m["lr_auroc"] >= m["baseline_mms_auroc"] + 0.10
@@ -468,7 +467,6 @@ def test_sign_flipped_probe_fails_the_quick_gate():
 def test_full_run_is_a_known_miss_of_the_oracle_checks():
     report = experiment.run(quick=False, seed=0)
     print(report.metrics)
-    assert report.threshold == experiment.threshold(quick=False)
     checks = list(report.checks.items())
     assert [ok for _, ok in checks] == [False, False, True, True]
     assert report.passed is False

@@ -279,7 +279,6 @@ QUICK_EXPECTED_FAIL = {"ASR(DPS) <= 0.7 x ASR(vanilla)", "ASR(DPS) <= ASR(smooth
 
 def test_quick_reproduction_matches_the_recorded_expectation_and_broken_variant_fails() -> None:
     report = exp.run(quick=True)
-    assert report.threshold == exp.threshold(quick=True)
     failed = {k for k, ok in report.checks.items() if not ok}
     assert failed == QUICK_EXPECTED_FAIL, report.metrics
     m = report.metrics

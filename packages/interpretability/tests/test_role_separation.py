@@ -236,7 +236,6 @@ def test_hf_generate_with_pft_ids_warns_and_points_to_pft_generate(llama) -> Non
 def test_quick_reproduction_passes_and_the_broken_variant_fails() -> None:
     report = exp.run(quick=True)
     assert report.passed, report.checks
-    assert report.threshold == exp.threshold(quick=True)
     m = report.metrics
     assert m["pft_ood"] >= m["baseline_ood"] + exp.OOD_MARGIN and m["ids_consistent"] == 1.0
     # the mechanism removed (arm (B) trained and evaluated with gap 0 = arm (A)): the direction gate fails

@@ -423,12 +423,11 @@ def test_evaluate_kv_compression_orders_methods(model) -> None:
 # reproduction
 # ----------------------------------------------------------------------------------------------------
 def test_quick_reproduction(tmp_path) -> None:
-    from icml25.llm_efficiency.experiments.aqua_kv import run, threshold
+    from icml25.llm_efficiency.experiments.aqua_kv import run
 
     rep = run(quick=True, seed=0, out_dir=tmp_path)
     m = rep.metrics
     assert len(rep.checks) == 4 and all(rep.checks.values())
-    assert rep.threshold == "; ".join(rep.checks) == threshold(quick=True) == threshold(quick=False)
     assert m["key_ratio"] <= 0.5 and m["value_ratio"] <= 0.5  # measured 0.40 / 0.10
     assert m["kl_ratio"] <= 0.6  # measured 0.20
     assert m["broken_ratio"] > 1.1  # measured 1.30

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from icml25.kernels.experiment import threshold_text, torch_threads
+from icml25.kernels.experiment import torch_threads
 from icml25.llm_efficiency.experiments import moe_scaling as exp
 from icml25.llm_efficiency.moe_scaling.tiny import MoEFFN, TinyDecoder, TopicBigramCorpus
 
@@ -115,7 +115,6 @@ def test_quick_reproduction_passes(quick_report) -> None:
         f"references: oracle {r.metrics['oracle_loss']:.3f}, topic-agnostic bigram {r.metrics['bigram_loss']:.3f}"
     )
     assert r.passed, r.failed_checks
-    assert r.threshold == exp.threshold(quick=True) == threshold_text(exp.checks(exp.QUICK))
     assert r.metrics["moe_gain"] >= exp.MIN_MOE_GAIN
 
 

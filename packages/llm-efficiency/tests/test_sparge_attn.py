@@ -28,7 +28,6 @@ def test_quick_reproduction_passes():
     m = report.metrics
     assert report.paper == "P01" and report.passed
     assert len(report.checks) == 5 and all(report.checks.values())
-    assert report.threshold == "; ".join(report.checks) == experiment.threshold(quick=True)
     assert m["sparsity"] >= 0.5 and m["l1"] <= 0.04
     # The central ordering: SpargeAttn's mask beats a random mask of the same size by >= 2.5x.
     assert m["baseline_random_l1"] >= 2.5 * m["l1"] and report.baseline == "baseline_random_l1"
