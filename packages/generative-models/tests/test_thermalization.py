@@ -457,10 +457,11 @@ def test_quick_reproduction(quick_report):
 
     m = quick_report.metrics
     # Recorded expectation (catalog.toml: expect = "miss"): the quick run misses its spectrum gate
-    # (thermalized spectrum RMSE > 2x the truth's) and holds the claim's checks. Its firing rate sits at
-    # the 50% bound: 0.47 on an AMD EPYC at seed 0 (seeds 1, 2: 0.32, 0.38), over 0.5 on a CI machine whose
-    # vector kernels round differently, which the chaotic rollouts turn into another realisation; so that
-    # check may hold or miss, and the catalog says so. Every other check must hold on every machine.
+    # (thermalized spectrum RMSE > 2x the truth's) and holds the claim's checks. Another CPU's vector kernels
+    # round differently, which the chaotic rollouts turn into another realisation, so the test asserts the
+    # claim-relevant checks, not the exact set of failed ones: with (s_init, s_stop) = (5, 1) the firing rate
+    # is 0.31-0.44 over seeds 0-4 (AVX-512 Xeon), under its 50% bound, but it is a sanity check, not the claim
+    # (the sweep's pick, (4, 1), went over it: 0.517 on the Xeon, 0.47 on an AMD EPYC, seed 0).
     firing = "firing rate in [0.1%, 50%]"
     assert quick_report.passed is False
     assert "spectrum RMSE <= 2x truth" in quick_report.failed_checks

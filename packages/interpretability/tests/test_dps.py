@@ -274,13 +274,25 @@ def test_canvases_attack_and_toy_dps_shapes() -> None:
 
 
 # ----------------------------------------------------------------------------- reproduction
-QUICK_EXPECTED_FAIL = {"ASR(DPS) <= 0.7 x ASR(vanilla)", "ASR(DPS) <= ASR(smooth_vote) - 0.15"}
+# The recorded expectation (catalog: a known miss in both modes) is the miss of the two ASR-margin checks; the
+# claim-relevant checks below hold with margin over seeds 0-4 (run pins one thread), on the AVX-512 and the plain
+# (ATEN_CPU_CAPABILITY=default) vector paths: direction by >= 0.024, clean drop <= 0.043 (bound 0.05), DPS over
+# crop_vote by >= 0.15 (bound 0.10), vanilla clean >= 0.917 (bound 0.90), vanilla ASR >= 0.417 (bound 0.35).
+QUICK_KNOWN_MISS = {"ASR(DPS) <= 0.7 x ASR(vanilla)", "ASR(DPS) <= ASR(smooth_vote) - 0.15"}
+QUICK_CLAIM_CHECKS = (
+    "ASR(DPS) < ASR(vanilla) (direction)",
+    "vanilla clean accuracy >= 0.9",
+    "vanilla ASR >= 0.35",
+    "clean(DPS) >= clean(vanilla) - 0.05",
+    "clean(DPS) >= clean(crop_vote) + 0.1",
+)
 
 
 def test_quick_reproduction_matches_the_recorded_expectation_and_broken_variant_fails() -> None:
     report = exp.run(quick=True)
     failed = {k for k, ok in report.checks.items() if not ok}
-    assert failed == QUICK_EXPECTED_FAIL, report.metrics
+    assert report.passed is False and failed <= QUICK_KNOWN_MISS, report.metrics
+    assert all(report.checks[name] for name in QUICK_CLAIM_CHECKS), report.metrics
     m = report.metrics
     assert m["dps_asr"] < m["vanilla_asr"] and m["dps_clean"] >= m["crop_clean"] + exp.CROP_MARGIN
     with torch.random.fork_rng(), torch_threads(1):

@@ -72,7 +72,10 @@ class Setting:
     """One reproduction scale."""
 
     epochs: int
-    """Training epochs (planned: ~30 s of training, quick 5; ours 15, quick 6 (5 leaves vanilla clean accuracy under 0.90))."""
+    """Training epochs (planned: ~30 s of training, quick 5; ours 15 in both modes: with 6-12 quick epochs the
+    vanilla clean accuracy, the sanity gate >= 0.90, depends on the seed and the CPU's vector kernels (6 epochs,
+    seed 0: 0.84 on an AVX-512 Intel Xeon vs 0.93 under ATEN_CPU_CAPABILITY=default; 12 epochs, seed 1: 0.877),
+    at 15 it is 0.917-0.983 over seeds 0-4 on both paths)."""
     n_test: int
     """Held-out test digits (planned 597 = all held out; quick 300)."""
     train_copies: int = 2
@@ -84,7 +87,7 @@ class Setting:
 
 
 FULL = Setting(epochs=15, n_test=N_TEST)
-QUICK = Setting(epochs=6, n_test=300, asr_ratio=0.7, max_clean_drop=0.05)
+QUICK = Setting(epochs=15, n_test=300, asr_ratio=0.7, max_clean_drop=0.05)
 MIN_CLEAN, MIN_ASR, SMOOTH_MARGIN, CROP_MARGIN = 0.90, 0.35, 0.15, 0.10
 
 
