@@ -210,9 +210,9 @@ def _git_finder(root: Path, commit: str) -> provenance.Finder:
     folders = sorted({str(d.relative_to(root)) for d in source_dirs(root)})
 
     def find(name: str) -> provenance.ModuleSource | None:
-        rel = "/".join(name.split("."))
         for src in folders:
-            for path, is_package in ((f"{src}/{rel}/__init__.py", True), (f"{src}/{rel}.py", False)):
+            for rel, is_package in provenance.candidate_files(name):
+                path = f"{src}/{rel}"
                 if path in files:
                     blob = subprocess.run(
                         ["git", "show", f"{commit}:{path}"], cwd=root, capture_output=True, check=True
@@ -242,7 +242,7 @@ def backfill_source_hashes(root: Path = ROOT, catalog: Path | None = None) -> li
                 f"{pid}: changed since {entry['git_commit'][:7]}: {', '.join(changed) or 'dirty tree'}"
             )
             continue
-        entry["source_hash"] = provenance.source_hash(module, tree)
+        entry["source_hash"] = provenance.closure_hash(now)
         entry["source_hash_note"] = (
             f"backfilled {dt.date.today().isoformat()}: the paper's sources at the recorded commit "
             f"{entry['git_commit'][:7]} are identical to the ones hashed"

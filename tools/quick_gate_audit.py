@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
 
-GROUP = "icml25.papers"
+from icml25.kernels.reproduce import GROUP
 
 # Runs in the child process: argv = module, threads, seeds (comma separated); one JSON line per seed.
 _WORKER = r"""

@@ -33,6 +33,8 @@ __all__ = [
     "PLUMBING",
     "Finder",
     "ModuleSource",
+    "candidate_files",
+    "closure_hash",
     "find_in_tree",
     "find_installed",
     "source_closure",
@@ -119,9 +121,13 @@ def source_closure(module: str, find: Finder) -> dict[str, bytes]:
 
 
 def source_hash(module: str, find: Finder | None = None) -> str:
-    """SHA-256 (hex) over the sorted names and contents of :func:`source_closure` of ``module``; ``find``
-    defaults to :func:`find_installed` (the modules this interpreter would import)."""
-    closure = source_closure(module, find or find_installed)
+    """:func:`closure_hash` of :func:`source_closure` of ``module``; ``find`` defaults to
+    :func:`find_installed` (the modules this interpreter would import)."""
+    return closure_hash(source_closure(module, find or find_installed))
+
+
+def closure_hash(closure: dict[str, bytes]) -> str:
+    """SHA-256 (hex) over the sorted module names and contents of a :func:`source_closure`."""
     digest = hashlib.sha256()
     for name in sorted(closure):
         digest.update(name.encode() + b"\0" + hashlib.sha256(closure[name]).digest())
@@ -139,20 +145,22 @@ def find_installed(name: str) -> ModuleSource | None:
     return bool(spec.submodule_search_locations), Path(spec.origin).read_bytes()
 
 
+def candidate_files(name: str) -> tuple[tuple[str, bool], ...]:
+    """Where module ``name`` can live below a source folder, as ``(relative posix path, is_package)``."""
+    rel = "/".join(name.split("."))
+    return (f"{rel}/__init__.py", True), (f"{rel}.py", False)
+
+
 def find_in_tree(src_dirs: list[Path]) -> Finder:
     """A finder over source folders (each holding ``icml25/...``), e.g. every package's ``src/``; it reads
     each file once (make a new finder to see later edits)."""
 
     @functools.cache
     def find(name: str) -> ModuleSource | None:
-        rel = Path(*name.split("."))
         for src in src_dirs:
-            for path, is_package in (
-                (src / rel / "__init__.py", True),
-                (src / rel.with_suffix(".py"), False),
-            ):
-                if path.is_file():
-                    return is_package, path.read_bytes()
+            for rel, is_package in candidate_files(name):
+                if (src / rel).is_file():
+                    return is_package, (src / rel).read_bytes()
         return None
 
     return find
