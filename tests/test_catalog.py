@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -186,6 +187,10 @@ def test_readme_table_shows_claim_measured_baseline_and_status_from_the_ledger()
         ('expect = "maybe"', "expect must be one of"),
         ('miss_reason = "x"', "miss_reason given but expect = 'pass'"),
         ('scope_note = "x"', "scope_note is for a 'mechanism' or 'partial' scope, got scope 'claim'"),
+        (
+            'expect = "miss"\nmiss_reason = "AUROC 0.91"\noff_ledger_numbers = ["0.5"]',
+            r"off_ledger_numbers must be quoted in miss_reason, \['0.5'\] are not",
+        ),
     ],
 )
 def test_load_rejects_a_malformed_expectation(tmp_path: Path, fields: str, message: str) -> None:
@@ -290,3 +295,39 @@ def test_the_readme_counts_claims_mechanisms_partial_and_misses_from_the_ledger(
     assert f"{misses} known misses" in sentence
     assert sentence in (ROOT / "README.md").read_text()
     assert {p.id for p in papers if p.scope == "partial"} >= {"P34"}
+
+
+def test_a_miss_reason_may_quote_metrics_their_differences_and_ratios_thresholds_and_listed_numbers() -> None:
+    entry = {
+        "metrics": {"method": 0.20596, "baseline": 0.21408, "seed_gap": -0.0081, "accuracy": 0.93148},
+        "checks": {"method <= 0.9 x baseline": False},
+    }
+    paper = dataclasses.replace(
+        _DEMOTED,
+        expect="miss",
+        miss_in=("full",),
+        miss_reason=(
+            "method 0.206 vs baseline 0.214 (ratio 0.96, gap 0.008; needs <= 0.9), accuracy 93.1%, 2e-3 "
+            "(paper: 0.55); an earlier run gave 0.932"
+        ),
+        off_ledger_numbers=("0.55",),
+    )
+    assert catalog.miss_reason_numbers_off_ledger(paper, entry) == ["2e-3", "0.932"]
+
+
+def test_check_reports_a_miss_reason_number_that_the_ledger_does_not_hold(scratch_repo: Path) -> None:
+    cat = scratch_repo / catalog.CATALOG_PATH
+    miss = next(
+        p
+        for p in _implemented()
+        if p.expects_miss("full") and not p.full_run_pending and "0." in p.miss_reason
+    )
+    entry = json.loads((scratch_repo / "results" / f"{miss.id}.json").read_text())
+    assert not catalog.miss_reason_numbers_off_ledger(miss, entry)
+    wrong = "0.123456"
+    assert not catalog.miss_reason_numbers_off_ledger(
+        dataclasses.replace(miss, miss_reason=wrong), {"metrics": {"x": 0.1234561}}
+    )
+    cat.write_text(cat.read_text().replace(miss.miss_reason, miss.miss_reason + f" (and {wrong})"))
+    problems = catalog.check(scratch_repo)
+    assert any(line.startswith(f"{miss.id}: miss_reason quotes ['{wrong}']") for line in problems), problems

@@ -26,6 +26,7 @@ import argparse
 import datetime as dt
 import importlib
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -270,6 +271,7 @@ def check(root: Path = ROOT, catalog: Path | None = None, readme: Path | None = 
         problems.append("README.md: the paper table is out of date (python tools/catalog.py --write-readme)")
     problems += _ledger_catalog_problems(papers, ledger)
     problems += _ledger_source_problems(papers, ledger, root)
+    problems += _miss_reason_problems(papers, ledger)
     entry_points = declared_entry_points(root)
     for p in papers:
         registered = entry_points.pop(p.id, None)
@@ -345,6 +347,57 @@ def _ledger_source_problems(papers: list[Paper], ledger: dict[str, dict], root: 
                 f"results/{p.id}.json is stale: the paper's sources changed after the run was recorded "
                 f"(at {str(entry.get('git_commit'))[:7]}); re-record: "
                 f"python tools/reproduce.py --only {p.id} --full --record"
+            )
+    return problems
+
+
+_DECIMAL = re.compile(r"(?<![\w.])\d[\d,]*\.\d+(?:e[-−]?\d+)?|(?<![\w.])\d+e[-−]?\d+")
+"""A decimal as a miss reason writes it: ``0.206``, ``1,500.5``, ``4.9e-7``, ``2e-5`` (integers are counts)."""
+
+
+def _decimal(token: str) -> tuple[float, float]:
+    """``(value, half a unit in the last written digit)`` of a :data:`_DECIMAL` token."""
+    text = token.replace("−", "-").replace(",", "")
+    mantissa, _, exponent = text.partition("e")
+    digits = len(mantissa.partition(".")[2])
+    return float(text), 0.5 * 10.0 ** (int(exponent or 0) - digits) * (1 + 1e-9)
+
+
+def miss_reason_numbers_off_ledger(p: Paper, entry: dict) -> list[str]:
+    """The decimals in ``p.miss_reason`` that ``entry`` (its full-run ledger entry) does not hold.
+
+    A decimal is accounted for when, at its written precision, it is a recorded metric (or the metric in
+    percent), a difference or ratio of two metrics the reason also quotes, a number in the recorded checks'
+    wording (a threshold), or listed in ``p.off_ledger_numbers`` (quoted from the paper or another run).
+    """
+    values = [float(v) for v in entry.get("metrics", {}).values() if isinstance(v, (int, float))]
+    direct = [w for v in values for w in (v, abs(v), 100 * v)]
+    rule = {_decimal(t)[0] for t in _DECIMAL.findall(" ".join(entry.get("checks", {})))}
+    tokens = [(t, *_decimal(t)) for t in _DECIMAL.findall(p.miss_reason)]
+
+    def near(x: float, tol: float, candidates: list[float]) -> bool:
+        return any(abs(c - x) <= tol for c in candidates)
+
+    quoted = [v for v in values if any(near(x, tol, [v, abs(v), 100 * v]) for _, x, tol in tokens)]
+    derived = [a - b for a in quoted for b in quoted] + [a / b for a in quoted for b in quoted if b]
+    return [
+        t
+        for t, x, tol in tokens
+        if not (near(x, tol, direct) or near(x, tol, derived) or x in rule or t in p.off_ledger_numbers)
+    ]
+
+
+def _miss_reason_problems(papers: list[Paper], ledger: dict[str, dict]) -> list[str]:
+    problems = []
+    for p in papers:
+        entry = ledger.get(p.id)
+        if not p.expects_miss("full") or p.full_run_pending or entry is None:
+            continue
+        off = miss_reason_numbers_off_ledger(p, entry)
+        if off:
+            problems.append(
+                f"{p.id}: miss_reason quotes {off}, which results/{p.id}.json does not hold (quote the "
+                "recorded metrics, or list a number from the paper or another run in off_ledger_numbers)"
             )
     return problems
 

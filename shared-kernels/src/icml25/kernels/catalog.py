@@ -63,6 +63,9 @@ class Paper:
     """What the full gate of an implemented paper tests: ``claim``, ``mechanism`` or ``partial``."""
     scope_note: str = ""
     """Why a ``mechanism`` or ``partial`` scope is not ``claim``: what is report-only, or not built."""
+    off_ledger_numbers: tuple[str, ...] = ()
+    """Numbers ``miss_reason`` quotes from outside the paper's ledger entry (the paper itself, an earlier or a
+    side run), exactly as written there; every other decimal in it must come from the entry."""
     full_run_pending: str = ""
     """Why an implemented paper's current full run is not in the ledger yet (e.g. it ran past a session);
     while set, a missing or stale ledger entry is reported as pending instead of failing the check."""
@@ -115,8 +118,9 @@ def load_text(text: str, *, packages: Collection[str] | None = None) -> list[Pap
         unknown = set(entry) - known
         if unknown:
             raise ValueError(f"catalog entry {i}: unknown fields {sorted(unknown)}")
-        if "miss_in" in entry:
-            entry = {**entry, "miss_in": tuple(entry["miss_in"])}
+        for name in ("miss_in", "off_ledger_numbers"):
+            if name in entry:
+                entry = {**entry, name: tuple(entry[name])}
         try:
             paper = Paper(**entry)
         except TypeError as err:
@@ -171,5 +175,8 @@ def _validate(p: Paper, packages: Collection[str] | None) -> None:
         raise ValueError(f"{p.id}: expect = 'miss' needs an implemented paper and a miss_reason")
     if p.expect == "pass" and p.miss_reason:
         raise ValueError(f"{p.id}: miss_reason given but expect = 'pass'")
+    unquoted = [n for n in p.off_ledger_numbers if n not in p.miss_reason]
+    if unquoted:
+        raise ValueError(f"{p.id}: off_ledger_numbers must be quoted in miss_reason, {unquoted} are not")
     if not p.miss_in or set(p.miss_in) - set(MODES):
         raise ValueError(f"{p.id}: miss_in must be a non-empty subset of {MODES}, got {list(p.miss_in)}")

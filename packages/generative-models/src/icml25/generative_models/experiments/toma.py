@@ -15,7 +15,9 @@ per 2 × 2 cell, mean merge, copy unmerge). Ablations: random destinations with 
 optional log-size ("proportional") attention bias.
 
 Pass rule (:func:`checks`): (1) on every tile, the greedy facility-location value F(S) is ≥ F of a random
-pick (r = 0.5 and 0.75) and ≥ F of the one-per-2×2-cell grid pick (r = 0.75); (2) at r = 0.75 the token
+pick (r = 0.5 and 0.75) and ≥ F of the one-per-2×2-cell grid pick (r = 0.75) — not true by construction:
+greedy is only (1 − 1/e)-optimal, and over the full run's seeds 0–4 the grid pick beats it on 1 of 480 tiles
+for seeds 2 and 4 (the recorded seed 0 holds on every tile); (2) at r = 0.75 the token
 reconstruction error ‖U M X − X‖/‖X‖ with facility-location destinations is ≤ 0.95 × that with random
 destinations; (3, full only) ToMA's relative attention-output error is ≤ 1.15 × ToMeSD's at r = 0.5 and
 0.75 (parity; no size bias, as the official code); (4) the profiled op list of ToMA's merge/unmerge path

@@ -176,6 +176,9 @@ def measure(
         pre_regions.append(pre)
         metrics[f"triangle_mse_median_{name}"] = _median(tri.final_loss)
         metrics[f"triangle_mse_min_{name}"] = float(tri.final_loss.min())
+        metrics[f"triangle_mse_mean_{name}"] = float(
+            tri.final_loss.double().mean()
+        )  # the paper reports means
         metrics[f"triangle_pretrain_mse_median_{name}"] = _median(tri.loss["pretrain"][-1])
         metrics[f"triangle_regions_final_median_{name}"] = _median(tri.regions["finetune"][-1])
         pick_b = int(torch.argsort(tri.final_loss)[(setting.n_seeds - 1) // 2])  # the median run of each arm
@@ -189,8 +192,12 @@ def measure(
         mse_b, mse_a = tri.final_loss, base.final_loss
         metrics[f"baseline_kaiming_mse_median_{name}"] = _median(mse_a)
         metrics[f"baseline_kaiming_mse_min_{name}"] = float(mse_a.min())
+        metrics[f"baseline_kaiming_mse_mean_{name}"] = float(mse_a.double().mean())
         metrics[f"baseline_kaiming_regions_median_{name}"] = _median(base.regions["finetune"][-1])
         metrics[f"mse_ratio_kaiming_over_triangle_{name}"] = _median(mse_a) / max(_median(mse_b), 1e-300)
+        metrics[f"mse_mean_ratio_kaiming_over_triangle_{name}"] = float(mse_a.double().mean()) / max(
+            float(mse_b.double().mean()), 1e-300
+        )
         fits[name]["kaiming"] = base.models[int(torch.argsort(mse_a)[(setting.n_seeds - 1) // 2])]
     allpre = torch.cat(pre_regions)
     metrics["triangle_regions_pretrain_min"] = float(allpre.min())
