@@ -5,8 +5,9 @@ Small-scale reproduction of first-order bilevel tuning of the entropy strength �
 Xiao et al., ICML 2025 (arXiv 2502.08808; official code ``afmsaif/bilevel_diffusion``). Claim checked: the
 penalty hypergradient ``γ (KL(p_{λ,γ} ‖ p_pre) - KL(p_λ ‖ p_pre))`` estimated from inference-only samples of
 the two Gibbs tilts drives λ to the minimiser of the upper objective ``f(λ) = -E_{p_λ}[r₁]``, both with
-exact-tilt samples and with the guided reverse SDE of a frozen score (KL by Girsanov), and the tuned λ beats
-the untuned default.
+exact-tilt samples and with the guided reverse SDE of a frozen score (KL by Girsanov). The comparison with the
+untuned default (λ = 5) is reported, not gated: the brief never asked for it, and a default 2 units of log λ
+away from λ* is no test (f gap 92% vs 0.03%).
 
 Ground truth: ``p_pre`` a 2-D Gaussian mixture with 3 components, the lower reward ``r₂(x) = aᵀx``
 (``a = (1, 0.3)``), the upper reward ``r₁(x) = -‖x - c‖²`` with ``c = a/‖a‖``: every tilt is a mixture, so
@@ -63,7 +64,7 @@ PAPER = "P30"
 CLAIM = (
     "The first-order penalty hypergradient (a difference of the KLs of two inference-only tilts) drives the "
     "entropy strength to the minimiser of the upper objective, with exact-tilt samples and with the guided "
-    "SDE of a frozen score (Girsanov KL), and beats the untuned default."
+    "SDE of a frozen score (Girsanov KL)."
 )
 
 
@@ -102,7 +103,7 @@ class Setting:
     max_grad_rel_err: float = 0.05
     """Bar on its relative error (ours: 5% at γ = 1000, where the O(1/γ) bias is below 1%)."""
     default_lam: float = 5.0
-    """The untuned default (the reference's λ₀ = 5): the baseline that tuning must beat."""
+    """The untuned default (the reference's λ₀ = 5), reported."""
     schedule_steps: int = 0
     """Scenario B (reported, not gated): outer steps of the schedule bilevel on two moons (ours: full 300, quick 0)."""
     schedule_warmup: int = 100
@@ -123,8 +124,9 @@ FULL = Setting(
 
 
 def checks(setting: Setting) -> list[Check]:
-    """The pass rule: the exact-tilt bilevel λ̂ near λ*, the hypergradient against finite differences, the
-    tuned f below the default's; full mode adds the guided-SDE bilevel."""
+    """The pass rule (the brief's, second review): the exact-tilt bilevel λ̂ near λ*, the hypergradient against
+    finite differences; full mode adds the guided-SDE bilevel. The baselines (untuned default, random search,
+    15-point grid) are reported only, as the review asks."""
     out = [
         Check(
             f"exact-tilt bilevel: median |log lam_hat - log lam*| <= {setting.max_dlog_exact:g}",
@@ -134,10 +136,6 @@ def checks(setting: Setting) -> list[Check]:
             f"hypergradient gamma*(KL_gamma - KL_0) (exact KLs, gamma=1000) within {setting.max_grad_rel_err:.0%} "
             f"of finite differences of f at lam in {list(setting.grad_lams)}",
             lambda m: m["grad_rel_err_max"] <= setting.max_grad_rel_err,
-        ),
-        Check(
-            f"tuned f(lam_hat) below the untuned default f(lam={setting.default_lam:g})",
-            lambda m: m["exact_f_gap_median"] < m["baseline_default_f_gap"],
         ),
     ]
     if setting.sde_seeds:
@@ -302,7 +300,7 @@ def evaluate(setting: Setting, seed: int = 0, out_dir: str | Path | None = None,
         checks=checks(setting),
         metrics=m,
         headline="exact_dlog_median",
-        baseline="baseline_default_f_gap",
+        baseline="baseline_random_search_f_gap_median",
         figures=figures,
         seeds=[seed + s for s in range(setting.n_seeds)],
         notes=(
