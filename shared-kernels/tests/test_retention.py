@@ -321,7 +321,7 @@ def test_bad_inputs_raise_clear_errors():
         retention(q, k, v, kappa, n_agents=3, dones=dones[:, :3])
     with pytest.raises(ValueError, match="dones must hold only 0/1"):
         retention(q, k, v, kappa, n_agents=3, dones=dones.float() * 2)
-    with pytest.raises(ValueError, match="chunk_size must be >= 1"):
+    with pytest.raises(ValueError, match="chunk_size must be an int >= 1, got 0"):
         retention(q, k, v, kappa, n_agents=3, chunk_size=0)
     with pytest.raises(TypeError, match="chunk_size must be an int"):
         retention(q, k, v, kappa, n_agents=3, chunk_size=2.0)

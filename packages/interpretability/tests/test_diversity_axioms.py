@@ -255,7 +255,7 @@ def test_audit_argument_errors() -> None:
         da.audit(lambda D: 0.0)
     with pytest.raises(ValueError, match="axioms"):
         da.audit(dv.APD(), axioms=("X",))
-    with pytest.raises(ValueError, match="n must be an integer >= 3"):
+    with pytest.raises(ValueError, match="n must be an int >= 3, got 2"):
         da.audit(dv.APD(), n=2)
     with pytest.raises(ValueError, match="measures must be a non-empty"):
         da.audit_table([])

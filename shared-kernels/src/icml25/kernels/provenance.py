@@ -15,7 +15,9 @@ Two kinds of module are left out of the closure, on purpose:
   followed to the submodule the root binds ``X`` from.
 - **reporting plumbing** (:data:`PLUMBING`: the report, the named checks, the reproduce command, the
   catalog): it formats and judges the metrics an experiment computes, is tested on its own, and a change
-  there (a new outcome, a new column) does not change any paper's numbers.
+  there (a new outcome, a new column) does not change any paper's numbers. Argument validation
+  (:mod:`icml25.kernels.checks`) counts as plumbing for the same reason: it raises on bad input and hands
+  valid input back unchanged, so every paper's validation can share it without one edit staling all.
 
 Modules are hashed by content only (not path), so an installed wheel and the source checkout agree.
 """
@@ -48,7 +50,7 @@ Finder = Callable[[str], "ModuleSource | None"]
 PLUMBING = frozenset(
     f"icml25.kernels.{name}"
     for name in ("report", "experiment", "reproduce", "catalog", "cli", "provenance", "readme_examples",
-                 "testing", "__main__")
+                 "testing", "checks", "__main__")
 )  # fmt: skip
 
 

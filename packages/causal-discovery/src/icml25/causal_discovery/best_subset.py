@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import numbers
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -60,6 +59,8 @@ from scipy.linalg import solve_triangular
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.exceptions import NotFittedError
 from sklearn.utils import check_array, column_or_1d
+
+from icml25.kernels.checks import check_choice, check_float, check_int
 
 try:  # scikit-learn >= 1.6
     from sklearn.utils.validation import validate_data as _sk_validate_data
@@ -407,31 +408,6 @@ def _splicing(
 
 
 # ------------------------------------------------------------------------------------------ validation
-def _check_choice(value: object, name: str, options: Sequence[str]) -> str:
-    if not isinstance(value, str) or value not in options:
-        raise ValueError(f"{name} must be one of {list(options)}, got {value!r}")
-    return value
-
-
-def _check_int(value: object, name: str, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int >= {low}, got {type(value).__name__} {value!r}")
-    if int(value) < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {value}")
-    return int(value)
-
-
-def _check_float(value: object, name: str, low: float, high: float, low_open: bool) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a float, got {type(value).__name__} {value!r}")
-    v = float(value)
-    ok = math.isfinite(v) and (v > low if low_open else v >= low) and v < high
-    if not ok:
-        bracket = "(" if low_open else "["
-        raise ValueError(f"{name} must be a finite float in {bracket}{low}, {high}), got {value!r}")
-    return v
-
-
 def _wrap(name: str, fn, *args, **kwargs):
     try:
         return fn(*args, **kwargs)
@@ -488,7 +464,7 @@ def _check_support(support: object, p: int, name: str = "support") -> list[int]:
 def _problem_for_scores(
     X: object, y: object, support: object, tol: float
 ) -> tuple[_Problem, list[int], float]:
-    tol = _check_float(tol, "tol", 0.0, 1.0, True)
+    tol = check_float(tol, "tol", low=0.0, high=1.0, low_open=True)
     X = _check_X(X)
     y = _check_y(y, X.shape[0])
     S = _check_support(support, X.shape[1])
@@ -526,7 +502,7 @@ def entry_scores(
     Returns:
         ``[p]`` scores in squared units of ``y``; ``-inf`` for active, zero and collinear columns.
     """
-    criterion = _check_choice(criterion, "criterion", CRITERIA)
+    criterion = check_choice(criterion, "criterion", CRITERIA)
     pb, S, sy = _problem_for_scores(X, y, support, tol)
     fit = _Fit.from_support(pb, S)
     if fit is None:
@@ -552,7 +528,7 @@ def exit_scores(
     Returns:
         ``[len(support)]`` scores in squared units of ``y``.
     """
-    criterion = _check_choice(criterion, "criterion", CRITERIA)
+    criterion = check_choice(criterion, "criterion", CRITERIA)
     pb, S, sy = _problem_for_scores(X, y, support, tol)
     if not S:
         raise ValueError("support must name at least one active column, got an empty support")
@@ -574,10 +550,10 @@ def best_subset_exhaustive(
     X = _check_X(X)
     y = _check_y(y, X.shape[0])
     n, p = X.shape
-    k = _check_int(n_nonzero_coefs, "n_nonzero_coefs", 1)
+    k = check_int(n_nonzero_coefs, "n_nonzero_coefs", low=1)
     if k > min(n, p):
         raise ValueError(f"n_nonzero_coefs must be <= min(n_samples, n_features) = {min(n, p)}, got {k}")
-    max_subsets = _check_int(max_subsets, "max_subsets", 1)
+    max_subsets = check_int(max_subsets, "max_subsets", low=1)
     if math.comb(p, k) > max_subsets:
         raise ValueError(
             f"n_nonzero_coefs={k} of {p} columns gives {math.comb(p, k)} subsets > max_subsets={max_subsets}: "
@@ -668,13 +644,13 @@ class OptimalPursuitRegressor(RegressorMixin, BaseEstimator):
         if not isinstance(self.fit_intercept, (bool, np.bool_)):
             raise TypeError(f"fit_intercept must be a bool, got {type(self.fit_intercept).__name__}")
         return {
-            "algorithm": _check_choice(self.algorithm, "algorithm", ALGORITHMS),
-            "criterion": _check_choice(self.criterion, "criterion", CRITERIA),
-            "batch": _check_choice(self.batch, "batch", BATCHES),
-            "exchange_max": _check_int(self.exchange_max, "exchange_max", 1),
-            "splice_tol": _check_float(self.splice_tol, "splice_tol", 0.0, 1.0, False),
-            "max_iter": _check_int(self.max_iter, "max_iter", 1),
-            "tol": _check_float(self.tol, "tol", 0.0, 1.0, True),
+            "algorithm": check_choice(self.algorithm, "algorithm", ALGORITHMS),
+            "criterion": check_choice(self.criterion, "criterion", CRITERIA),
+            "batch": check_choice(self.batch, "batch", BATCHES),
+            "exchange_max": check_int(self.exchange_max, "exchange_max", low=1),
+            "splice_tol": check_float(self.splice_tol, "splice_tol", low=0.0, high=1.0),
+            "max_iter": check_int(self.max_iter, "max_iter", low=1),
+            "tol": check_float(self.tol, "tol", low=0.0, high=1.0, low_open=True),
         }
 
     def fit(self, X: np.ndarray, y: np.ndarray) -> OptimalPursuitRegressor:
@@ -689,7 +665,7 @@ class OptimalPursuitRegressor(RegressorMixin, BaseEstimator):
         if self.n_nonzero_coefs is None:
             K = max(int(0.1 * p), 1)
         else:
-            K = _check_int(self.n_nonzero_coefs, "n_nonzero_coefs", 1)
+            K = check_int(self.n_nonzero_coefs, "n_nonzero_coefs", low=1)
         if K > min(n, p):
             raise ValueError(
                 f"n_nonzero_coefs must be <= min(n_samples, n_features) = min({n}, {p}), got {K}"

@@ -60,6 +60,8 @@ from typing import Any
 
 import numpy as np
 
+from icml25.kernels.checks import check_float, check_int
+
 __all__ = [
     "ASSIGNMENTS",
     "CORRUPTIONS",
@@ -90,28 +92,6 @@ class MetricWarning(UserWarning):
 
 
 # ------------------------------------------------------------------------------------------ validation
-def _check_int(value: Any, name: str, low: int = 0, high: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    value = int(value)
-    if value < low or (high is not None and value > high):
-        rng = f"[{low}, {high}]" if high is not None else f">= {low}"
-        raise ValueError(f"{name} must be an int {rng}, got {value}")
-    return value
-
-
-def _check_float(value: Any, name: str, low: float, high: float, *, low_open: bool, high_open: bool) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a float, got {type(value).__name__}")
-    value = float(value)
-    ok = math.isfinite(value) and (value > low if low_open else value >= low)
-    ok = ok and (value < high if high_open else value <= high)
-    if not ok:
-        rng = f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
-        raise ValueError(f"{name} must be a finite float in {rng}, got {value}")
-    return value
-
-
 def _check_z(z: Any) -> float:
     if isinstance(z, bool) or not isinstance(z, numbers.Real):
         raise TypeError(f"z must be a number >= 1 (1: k-median, 2: k-means), got {type(z).__name__}")
@@ -242,7 +222,7 @@ class _Oracle:
                 f"metric must be callable as metric(i, j) -> distances, got {type(metric).__name__}"
             )
         self.metric = metric
-        self.n_points = None if n_points is None else _check_int(n_points, "n_points", 1, _MAX_ID + 1)
+        self.n_points = None if n_points is None else check_int(n_points, "n_points", low=1, high=_MAX_ID + 1)
         self.n_queries = 0
         self._cache = _PairCache()
 
@@ -394,7 +374,7 @@ class WeakOracle(_Oracle):
         seed: int | None = None,
         n_points: int | None = None,
     ) -> None:
-        delta = _check_float(delta, "delta", 0.0, 1.0, low_open=False, high_open=False)
+        delta = check_float(delta, "delta", low=0.0, high=1.0)
         if delta >= 0.5:
             raise ValueError(
                 f"delta must be < 0.5: the median over a ball needs a majority of correct weak answers, got {delta}"
@@ -402,13 +382,13 @@ class WeakOracle(_Oracle):
         if corruption not in CORRUPTIONS:
             raise ValueError(f"corruption must be one of {CORRUPTIONS}, got {corruption!r}")
         if scale is not None:
-            scale = _check_float(scale, "scale", 0.0, 1e300, low_open=True, high_open=False)
+            scale = check_float(scale, "scale", low=0.0, high=1e300, low_open=True)
         elif delta > 0:
             raise ValueError("scale must be given (the largest distance) when delta > 0, got None")
         if seed is None:
             seed = int(np.random.default_rng().integers(2**62))
         self.delta, self.corruption, self.scale = delta, corruption, scale
-        self.seed = _check_int(seed, "seed", 0, 2**63 - 1)
+        self.seed = check_int(seed, "seed", low=0, high=2**63 - 1)
         super().__init__(metric, n_points)
 
     @classmethod
@@ -562,10 +542,10 @@ class _Params:
 
 def _params(n: int, k: Any, eps: Any, z: Any, samples_per_ring: Any, ball_size: Any, n_candidates: Any,
             n_seed_samples: Any, resolve_budget: Any, collapse_budget: Any, assign: Any) -> _Params:  # fmt: skip
-    k = _check_int(k, "k", 1)
+    k = check_int(k, "k", low=1)
     if k > n:
         raise ValueError(f"k must be <= the number of points ({n}), got k={k}")
-    eps = _check_float(eps, "eps", 0.0, 1.0, low_open=True, high_open=True)
+    eps = check_float(eps, "eps", low=0.0, high=1.0, low_open=True, high_open=True)
     z = _check_z(z)
     if assign not in ASSIGNMENTS:
         raise ValueError(f"assign must be one of {ASSIGNMENTS}, got {assign!r}")
@@ -573,20 +553,20 @@ def _params(n: int, k: Any, eps: Any, z: Any, samples_per_ring: Any, ball_size: 
     s = (
         math.ceil(1.0 / eps**2)
         if samples_per_ring is None
-        else _check_int(samples_per_ring, "samples_per_ring", 1)
+        else check_int(samples_per_ring, "samples_per_ring", low=1)
     )
-    m = (math.ceil(log2n) | 1) if ball_size is None else _check_int(ball_size, "ball_size", 1)
+    m = (math.ceil(log2n) | 1) if ball_size is None else check_int(ball_size, "ball_size", low=1)
     m = min(m, n)
-    cand = 3 * m if n_candidates is None else _check_int(n_candidates, "n_candidates", 0)
+    cand = 3 * m if n_candidates is None else check_int(n_candidates, "n_candidates", low=0)
     if cand < m - 1:
         raise ValueError(f"n_candidates must be >= ball_size - 1 = {m - 1}, got {cand}")
     cand = min(cand, n - 1)
     seed_n = math.ceil(1.5 * k * math.log(max(n, 2))) if n_seed_samples is None else n_seed_samples
-    seed_n = min(max(_check_int(seed_n, "n_seed_samples", 1), k), n)
+    seed_n = min(max(check_int(seed_n, "n_seed_samples", low=1), k), n)
     budget = math.ceil(k * m * math.log(max(n, 2))) if resolve_budget is None else resolve_budget
-    budget = _check_int(budget, "resolve_budget", 0)
+    budget = check_int(budget, "resolve_budget", low=0)
     collapse = eps / log2n if collapse_budget is None else collapse_budget
-    collapse = _check_float(collapse, "collapse_budget", 0.0, 1.0, low_open=False, high_open=True)
+    collapse = check_float(collapse, "collapse_budget", low=0.0, high=1.0, high_open=True)
     return _Params(k, eps, z, s, m, cand, seed_n, budget, collapse, assign)
 
 
@@ -861,7 +841,7 @@ def uniform_coreset(
     if ids.size == 0:
         raise ValueError("indices must hold at least one point id, got an empty array")
     codes, labels = _check_groups(groups, ids.size)
-    size = _check_int(size, "size", 1, ids.size)
+    size = check_int(size, "size", low=1, high=ids.size)
     pick = np.sort(_check_seed(seed).choice(ids.size, size=size, replace=False))
     return Coreset(ids[pick], np.full(size, ids.size / size), labels[codes[pick]])
 
@@ -876,7 +856,7 @@ def proportional_bounds(
     if arr.ndim == 1 and arr.shape[0] == 0:
         raise ValueError("groups must hold at least one label, got an empty array")
     codes, labels = _check_groups(groups, arr.shape[0] if arr.ndim else -1)
-    slack = _check_float(slack, "slack", 0.0, 1.0, low_open=False, high_open=False)
+    slack = check_float(slack, "slack", low=0.0, high=1.0)
     w = _check_weights(weights, codes.size) if weights is not None else np.ones(codes.size)
     share = np.bincount(codes, weights=w, minlength=labels.size) / w.sum()
     return {

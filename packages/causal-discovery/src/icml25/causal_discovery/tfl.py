@@ -44,7 +44,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import NotFittedError
 from torch import nn
 
-from icml25.causal_discovery.best_subset import _check_choice, _check_int
+from icml25.kernels.checks import check_choice, check_int
 from icml25.kernels.rng import isolated_rng, make_generator
 
 __all__ = [
@@ -197,11 +197,11 @@ def make_tfl(
     Returns:
         ``(ybar, s)``: int64 ``(n,)`` candidate classes and bool ``(n,)`` answers.
     """
-    K = _check_int(n_classes, "n_classes", 2)
+    K = check_int(n_classes, "n_classes", low=2)
     acc = _check_float(annotator_acc, "annotator_acc", 0.0, 1.0)
     thr = _check_float(threshold, "threshold", 0.0, 1.0)
     if seed is not None:
-        _check_int(seed, "seed", 0)
+        check_int(seed, "seed", low=0)
     if callable(oracle):
         if X is None:
             raise ValueError("X must be given (the instances) when oracle is a callable")
@@ -316,7 +316,7 @@ def tfl_rc_loss(
     """
     if not isinstance(normalize, (bool, np.bool_)):
         raise TypeError(f"normalize must be a bool, got {type(normalize).__name__}")
-    reduction = _check_choice(reduction, "reduction", REDUCTIONS)
+    reduction = check_choice(reduction, "reduction", REDUCTIONS)
     eps = _check_float(eps, "eps", 0.0, 1.0, low_open=True, high_open=True)
     yb, sb, p = _check_loss_inputs(logits, ybar, s, prior)
     log_q = torch.log_softmax(logits, dim=-1)  # (n, K); CE(f(x), i) = -log_q[:, i]
@@ -465,26 +465,26 @@ class TFLClassifier(ClassifierMixin, BaseEstimator):
             hidden = (hidden,)
         if not isinstance(hidden, (tuple, list)):
             raise TypeError(f"hidden_layer_sizes must be a tuple of ints, got {type(hidden).__name__}")
-        hidden = tuple(_check_int(h, "hidden_layer_sizes", 1) for h in hidden)
+        hidden = tuple(check_int(h, "hidden_layer_sizes", low=1) for h in hidden)
         if not isinstance(self.normalize, (bool, np.bool_)):
             raise TypeError(f"normalize must be a bool, got {type(self.normalize).__name__}")
         if self.seed is not None:
-            _check_int(self.seed, "seed", 0)
+            check_int(self.seed, "seed", low=0)
         return {
             "hidden": hidden,
-            "loss": _check_choice(self.loss, "loss", LOSSES),
-            "reduction": _check_choice(self.reduction, "reduction", ("mean", "official")),
+            "loss": check_choice(self.loss, "loss", LOSSES),
+            "reduction": check_choice(self.reduction, "reduction", ("mean", "official")),
             "prior_weight": _check_float(self.prior_weight, "prior_weight", 0.0, 1.0),
             "prior_temperature": _check_float(self.prior_temperature, "prior_temperature", 0.0, 1e6),
             "model_temperature": _check_float(
                 self.model_temperature, "model_temperature", 0.0, 1e12, low_open=True
             ),
             "eps": _check_float(self.eps, "eps", 0.0, 1.0, low_open=True, high_open=True),
-            "epochs": _check_int(self.epochs, "epochs", 1),
-            "batch_size": _check_int(self.batch_size, "batch_size", 1),
+            "epochs": check_int(self.epochs, "epochs", low=1),
+            "batch_size": check_int(self.batch_size, "batch_size", low=1),
             "lr": _check_float(self.lr, "lr", 0.0, 10.0, low_open=True),
             "weight_decay": _check_float(self.weight_decay, "weight_decay", 0.0, 10.0),
-            "n_classes": None if self.n_classes is None else _check_int(self.n_classes, "n_classes", 2),
+            "n_classes": None if self.n_classes is None else check_int(self.n_classes, "n_classes", low=2),
         }
 
     def _check_fitted(self) -> None:
@@ -667,10 +667,10 @@ class PromptImageGenerator(nn.Module):
 
     def __init__(self, size: int = 224, channels: tuple[int, int, int] = (64, 128, 64)) -> None:
         super().__init__()
-        self.size = _check_int(size, "size", 1)
+        self.size = check_int(size, "size", low=1)
         if not isinstance(channels, (tuple, list)) or len(channels) != 3:
             raise TypeError(f"channels must be a tuple of 3 ints, got {channels!r}")
-        widths = [1, *(_check_int(c, "channels", 1) for c in channels)]
+        widths = [1, *(check_int(c, "channels", low=1) for c in channels)]
         layers: list[nn.Module] = []
         for a, b in itertools.pairwise(widths):
             layers += [nn.Conv2d(a, b, 3, padding=1), nn.BatchNorm2d(b), nn.LeakyReLU(0.05)]
@@ -719,7 +719,7 @@ def retrieve_text_prompts(
     """
     e = _check_emb(prompt_emb, "prompt_emb", ndim=1)
     T = _check_emb(class_text_emb, "class_text_emb", dim=e.shape[0])
-    t = _check_int(n_prompts, "n_prompts", 1)
+    t = check_int(n_prompts, "n_prompts", low=1)
     frac = _check_float(top_fraction, "top_fraction", 0.0, 1.0, low_open=True)
     K = T.shape[0]
     if t >= K:
@@ -737,8 +737,8 @@ def retrieve_image_prompts(
     set), in decreasing similarity."""
     e = _check_emb(prompt_emb, "prompt_emb", ndim=1)
     E = _check_emb(image_emb, "image_emb", dim=e.shape[0])
-    m = _check_int(n_prompts, "n_prompts", 1)
-    size = _check_int(pool, "pool", 1)
+    m = check_int(n_prompts, "n_prompts", low=1)
+    size = check_int(pool, "pool", low=1)
     N = E.shape[0]
     if size >= N:
         size = max(m, int(0.1 * N))

@@ -19,6 +19,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from icml25.kernels.checks import check_int
+
 __all__ = [
     "FederatedData",
     "dirichlet_split",
@@ -45,15 +47,10 @@ def _global_random_kept() -> Iterator[None]:
         random.setstate(state)
 
 
-def _check_int(name: str, x: object, lo: int) -> None:
-    if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or x < lo:
-        raise ValueError(f"{name} must be an int >= {lo}, got {x!r}")
-
-
 def iid_split(n_samples: int, n_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
     """Shuffle ``range(n_samples)`` and cut it into ``n_clients`` near-equal parts (sizes differ by ≤ 1)."""
-    _check_int("n_clients", n_clients, 1)
-    _check_int("n_samples", n_samples, n_clients)
+    check_int(n_clients, "n_clients", low=1)
+    check_int(n_samples, "n_samples", low=n_clients)
     return [np.sort(part) for part in np.array_split(rng.permutation(n_samples), n_clients)]
 
 
@@ -78,8 +75,8 @@ def dirichlet_split(
     labels = np.asarray(labels)
     if labels.ndim != 1:
         raise ValueError(f"labels must be a 1-D array of class ids, got shape {labels.shape}")
-    _check_int("n_clients", n_clients, 1)
-    _check_int("min_size", min_size, 0)
+    check_int(n_clients, "n_clients", low=1)
+    check_int(min_size, "min_size", low=0)
     if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not alpha > 0:
         raise ValueError(f"alpha must be a number > 0, got {alpha!r}")
     if n_clients * min_size > labels.size:
@@ -314,7 +311,7 @@ def load_federated_fashion_mnist(
         or not 0 < local_train_fraction <= 1
     ):
         raise ValueError(f"local_train_fraction must be a fraction in (0, 1], got {local_train_fraction!r}")
-    _check_int("n_clients", n_clients, 1)
+    check_int(n_clients, "n_clients", low=1)
     x, y = load_fashion_mnist(root, "train")
     x_te, y_te = load_fashion_mnist(root, "test")
 

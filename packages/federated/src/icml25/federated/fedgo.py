@@ -31,10 +31,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from icml25.federated.data import FederatedData, _check_int
+from icml25.federated.data import FederatedData
 from icml25.federated.fedceo import FedAvgAggregator, _check_uploads
 from icml25.federated.server import FederatedServer
 from icml25.federated.training import Adam, make_mlp, seed_generator
+from icml25.kernels.checks import check_int
 from icml25.kernels.rng import isolated_rng
 
 __all__ = [
@@ -315,7 +316,7 @@ class GaussianGenerator:
 
     def sample(self, n: int, generator: torch.Generator | None = None) -> Tensor:
         """``[n, d]`` float32 samples (``generator=None`` draws from torch's global generator)."""
-        _check_int("n", n, 1)
+        check_int(n, "n", low=1)
         mean, chol = self._fitted()
         z = torch.randn(n, mean.numel(), generator=generator, dtype=torch.float64)
         return (mean + z @ chol.T).float()
@@ -382,8 +383,8 @@ def fit_classifier(
 ) -> nn.Module:
     """Train ``model`` in place on ``(x [n, d], y [n])`` with Adam and cross-entropy (a client's local fit)."""
     _check_xy(x, y)
-    _check_int("epochs", epochs, 1)
-    _check_int("batch_size", batch_size, 1)
+    check_int(epochs, "epochs", low=1)
+    check_int(batch_size, "batch_size", low=1)
     _check_positive("lr", lr)
     g = seed_generator(seed)
     opt = Adam(model.parameters(), lr=lr)
@@ -421,8 +422,8 @@ def train_discriminator(
         seed: seeds the batches and the generator draws.
     """
     x = _check_tensor("local_x", local_x, 2)
-    _check_int("epochs", epochs, 1)
-    _check_int("batch_size", batch_size, 1)
+    check_int(epochs, "epochs", low=1)
+    check_int(batch_size, "batch_size", low=1)
     _check_positive("lr", lr)
     _check_positive("weight_decay", weight_decay, allow_zero=True)
     if not callable(generator):
@@ -518,8 +519,8 @@ def distill(
         q.double().sum(1), torch.ones(q.shape[0], dtype=torch.float64), atol=1e-4
     ):
         raise ValueError("targets must be probability vectors (non-negative rows summing to 1)")
-    _check_int("steps", steps, 1)
-    _check_int("batch_size", batch_size, 1)
+    check_int(steps, "steps", low=1)
+    check_int(batch_size, "batch_size", low=1)
     _check_positive("lr", lr)
     g = seed_generator(seed, 2)
     opt = Adam(student.parameters(), lr=lr)
@@ -586,7 +587,7 @@ class FedGOConfig:
         if self.average not in ("prob", "logit"):
             raise ValueError(f"average must be 'prob' or 'logit', got {self.average!r}")
         for name in ("distill_steps", "distill_batch", "n_synthetic", "disc_hidden", "disc_epochs"):
-            _check_int(name, getattr(self, name), 1)
+            check_int(getattr(self, name), name, low=1)
         for name in ("distill_lr", "disc_lr"):
             _check_positive(name, getattr(self, name))
         _check_positive("disc_weight_decay", self.disc_weight_decay, allow_zero=True)
@@ -658,7 +659,7 @@ class FedGOAggregator(FedAvgAggregator):
         discriminator: nn.Module | Mapping[str, Tensor] | None = None,
     ) -> None:
         """Record a client's size and (once) its discriminator, a module or a state dict for ``disc_fn``."""
-        _check_int("n_samples", n_samples, 1)
+        check_int(n_samples, "n_samples", low=1)
         self.n_samples[client_id] = int(n_samples)
         if discriminator is None:
             return

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from icml25.interpretability.diversity import DiversityMeasure
+from icml25.kernels.checks import check_int
 
 __all__ = ["AXIOMS", "AxiomResult", "audit", "audit_table", "metric_push", "verify_counterexample"]
 
@@ -210,12 +211,6 @@ def _search_c(measure, n, dim, trials, rng) -> AxiomResult:
     return AxiomResult("C", count == 0, trials, count, first)
 
 
-def _check_int(value: Any, name: str, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-    return int(value)
-
-
 def audit(
     measure: DiversityMeasure,
     axioms: Sequence[str] = AXIOMS,
@@ -236,8 +231,12 @@ def audit(
         raise TypeError(f"measure must be a DiversityMeasure, got {type(measure).__name__}")
     if isinstance(axioms, str) or not all(a in AXIOMS for a in axioms) or not axioms:
         raise ValueError(f"axioms must be a non-empty sequence drawn from {AXIOMS}, got {axioms!r}")
-    n, dim, trials = _check_int(n, "n", 3), _check_int(dim, "dim", 1), _check_int(trials, "trials", 1)
-    _check_int(seed, "seed", 0)
+    n, dim, trials = (
+        check_int(n, "n", low=3),
+        check_int(dim, "dim", low=1),
+        check_int(trials, "trials", low=1),
+    )
+    check_int(seed, "seed", low=0)
     if not isinstance(tol, (int, float)) or not math.isfinite(tol) or tol < 0:
         raise ValueError(f"tol must be a finite number >= 0, got {tol!r}")
     out: dict[str, AxiomResult] = {}

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 import torch
 
 from icml25.kernels._dispatch import select_backend
+from icml25.kernels.checks import check_int
 from icml25.kernels.retention.reference import (
     default_kappas as _default_kappas,
 )
@@ -86,18 +87,10 @@ def default_kappas(n_head: int, decay_scaling_factor: float = 1.0) -> torch.Tens
 
 def default_chunk_size(n_agents: int) -> int:
     """The default chunk: ``max(1, 64 // n_agents)`` timesteps (about 64 tokens)."""
-    return max(1, 64 // _check_int("n_agents", n_agents, 1))
+    return max(1, 64 // check_int(n_agents, "n_agents", low=1))
 
 
 # ----------------------------------------------------------------------------------------- validation
-def _check_int(name: str, value: object, lo: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int >= {lo}, got {value!r} ({type(value).__name__})")
-    if value < lo:
-        raise ValueError(f"{name} must be >= {lo}, got {value}")
-    return value
-
-
 def _check_qkv(q: object, k: object, v: object, what: str) -> None:
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
@@ -198,7 +191,7 @@ def _check_common(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
     _check_qkv(q, k, v, "[B, H, N, Dk] ([B, H, N, Dv] for v)")
     assert isinstance(q, torch.Tensor) and isinstance(v, torch.Tensor)
-    A = _check_int("n_agents", n_agents, 1)
+    A = check_int(n_agents, "n_agents", low=1)
     B, H, N, _ = q.shape
     if N % A:
         raise ValueError(
@@ -305,7 +298,7 @@ def retention(
     """
     kap, dt = _check_common(q, k, v, kappa, n_agents, dones, causal_agents, state)
     A = n_agents
-    chunk = default_chunk_size(A) if chunk_size is None else _check_int("chunk_size", chunk_size, 1)
+    chunk = default_chunk_size(A) if chunk_size is None else check_int(chunk_size, "chunk_size", low=1)
     tensors = [q, k, v] + ([state] if state is not None else [])
     which = select_backend(*tensors, backend=backend)
     if which == "triton" and q.numel() and v.numel():

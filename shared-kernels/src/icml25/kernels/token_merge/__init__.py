@@ -27,6 +27,7 @@ from collections.abc import Callable
 import torch
 
 from icml25.kernels._dispatch import select_backend
+from icml25.kernels.checks import check_int
 from icml25.kernels.token_merge.reference import (
     bipartite_soft_matching_2d_reference,
     facility_location_bruteforce,
@@ -55,14 +56,6 @@ MAX_TRITON_TILE = 256
 
 
 # ----------------------------------------------------------------------------------------- validation
-def _check_int(name: str, value: object, lo: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int >= {lo}, got {value!r} ({type(value).__name__})")
-    if value < lo:
-        raise ValueError(f"{name} must be >= {lo}, got {value}")
-    return value
-
-
 def _check_tokens(name: str, x: object, form: str = "[G, n, C]") -> torch.Tensor:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor {form}, got {type(x).__name__}")
@@ -155,7 +148,7 @@ def facility_location_greedy(
         int64 ``[G, k]`` token indices in selection order (distinct within a group).
     """
     x = _check_tokens("x", x)
-    k = _check_int("k", k, 1)
+    k = check_int(k, "k", low=1)
     if k > x.shape[1]:
         raise ValueError(f"k = {k} exceeds the number of tokens per group n = {x.shape[1]} (x.shape[1])")
     if check_finite:
@@ -307,9 +300,9 @@ def bipartite_soft_matching_2d(
         ``unmerge(y [B, N − r, c]) -> [B, N, c]``.
     """
     metric = _check_tokens("metric", metric, "[B, N, C]")
-    h, w = _check_int("h", h, 1), _check_int("w", w, 1)
-    r = _check_int("r", r, 0)
-    sx, sy = _check_int("sx", sx, 1), _check_int("sy", sy, 1)
+    h, w = check_int(h, "h", low=1), check_int(w, "w", low=1)
+    r = check_int(r, "r", low=0)
+    sx, sy = check_int(sx, "sx", low=1), check_int(sy, "sy", low=1)
     if metric.shape[1] != h * w:
         raise ValueError(f"metric must have N = h · w = {h * w} tokens, got shape {tuple(metric.shape)}")
     if sx > w or sy > h:

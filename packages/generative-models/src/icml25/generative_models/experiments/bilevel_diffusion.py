@@ -6,7 +6,7 @@ Xiao et al., ICML 2025 (arXiv 2502.08808; official code ``afmsaif/bilevel_diffus
 penalty hypergradient ``γ (KL(p_{λ,γ} ‖ p_pre) - KL(p_λ ‖ p_pre))`` estimated from inference-only samples of
 the two Gibbs tilts drives λ to the minimiser of the upper objective ``f(λ) = -E_{p_λ}[r₁]``, both with
 exact-tilt samples and with the guided reverse SDE of a frozen score (KL by Girsanov). The comparison with the
-untuned default (λ = 5) is reported, not gated: the brief never asked for it, and a default 2 units of log λ
+untuned default (λ = 5) is reported, not gated: the reproduction plan never asked for it, and a default 2 units of log λ
 away from λ* is no test (f gap 92% vs 0.03%).
 
 Ground truth: ``p_pre`` a 2-D Gaussian mixture with 3 components, the lower reward ``r₂(x) = aᵀx``
@@ -124,7 +124,7 @@ FULL = Setting(
 
 
 def checks(setting: Setting) -> list[Check]:
-    """The pass rule (the brief's, second review): the exact-tilt bilevel λ̂ near λ*, the hypergradient against
+    """The pass rule (the reproduction plan's second review): the exact-tilt bilevel λ̂ near λ*, the hypergradient against
     finite differences; full mode adds the guided-SDE bilevel. The baselines (untuned default, random search,
     15-point grid) are reported only, as the review asks."""
     out = [

@@ -89,11 +89,11 @@ class Setting:
     """Guidance weights swept per arm on a validation seed (review: {1, 5, 20, 50}); empty: use ``w``."""
     sweep_samples: int
     """Samples per (arm, weight) in the sweep."""
+    w: float
+    """Guidance weight when there is no sweep (paper 50; quick: 50, the full run's sweep choice for (b))."""
     sweep_max: float = 3200.0
     """Largest weight the sweep extends to while an arm's best weight is the largest tried (issue 80: at
     {1, 5, 20, 50} every arm peaked at 50 and the coordinate-only arm was still rising)."""
-    w: float
-    """Guidance weight when there is no sweep (paper 50; quick: 50, the full run's sweep choice for (b))."""
     n_atoms: int = 7
     weighting: str = "bfn"
     """BFN loss weighting (paper: the BFN continuous-time weights, ``"bfn"``)."""

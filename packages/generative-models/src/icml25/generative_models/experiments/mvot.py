@@ -75,8 +75,8 @@ class Setting:
     """One reproduction scale (planned: 3,000 train / 500 test sequences, 5,000 tokenizer renders, 4 layers
     × 128, 1,500 steps, 3 seeds).
 
-    Budget reason for the full run's 2 × 64 Llama, 600 steps, lr 1e-3: the brief's "< 1 min per run" does not
-    hold here. Measured on 2 shared cores (load ≈ 6, 2026-12-06): the brief's 4 × 128 model at lr 3e-4 takes
+    Budget reason for the full run's 2 × 64 Llama, 600 steps, lr 1e-3: the plan's "< 1 min per run" does not
+    hold here. Measured on 2 shared cores (load ≈ 6, 2026-12-06): the planned 4 × 128 model at lr 3e-4 takes
     3.2 s per training step of the two arms (50 steps: 104 s, 150 steps: 428 s, one seed), i.e. ≈ 4 h for
     3 seeds × 1,500 steps, against ≈ 3 min for the recorded setting. An independent audit re-run at 1,500
     steps kept the miss (cell accuracy within the bound, pixel MSE ≥ 5% lower in 1 of 3 seeds)."""

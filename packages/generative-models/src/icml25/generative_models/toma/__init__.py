@@ -33,6 +33,7 @@ from typing import Any, Literal
 import torch
 
 from icml25.kernels import token_merge as _tm
+from icml25.kernels.checks import check_int
 
 __all__ = [
     "ToMAPlan",
@@ -51,14 +52,6 @@ Selection = Literal["facility_location", "random"]
 
 
 # ----------------------------------------------------------------------------------------- validation
-def _check_int(name: str, value: object, lo: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int >= {lo}, got {value!r} ({type(value).__name__})")
-    if value < lo:
-        raise ValueError(f"{name} must be >= {lo}, got {value}")
-    return value
-
-
 def _check_ratio(ratio: object) -> float:
     if isinstance(ratio, bool) or not isinstance(ratio, (int, float)):
         raise TypeError(f"ratio must be a float in [0, 1), got {ratio!r} ({type(ratio).__name__})")
@@ -109,7 +102,7 @@ def _resolve_hw(hw: object, N: int) -> tuple[int, int]:
 
 
 def _tiles_per_side(num_tiles: object, H: int, W: int) -> int:
-    nt = _check_int("num_tiles", num_tiles, 1)
+    nt = check_int(num_tiles, "num_tiles", low=1)
     t = math.isqrt(nt)
     if t * t != nt:
         raise ValueError(f"num_tiles must be a perfect square (t × t tiles), got {nt}")
@@ -298,7 +291,7 @@ def toma_fns(
     if selection == "facility_location":
         dst = _tm.facility_location_greedy(tiles, d, check_finite=False, backend=backend)
     else:
-        g = torch.Generator().manual_seed(_check_int("seed", seed, 0))
+        g = torch.Generator().manual_seed(check_int(seed, "seed", low=0))
         dst = torch.rand(B * t * t, n, generator=g).argsort(dim=1)[:, :d].to(x.device)
     _, A = _tm.tile_soft_merge(tiles, dst, tiles[..., :1], scale=tau, check_finite=False, backend=backend)
     return ToMAPlan((H, W), t, B, dst, A)
@@ -329,7 +322,9 @@ def tomesd_fns(
     r = int(x.shape[1] * _check_ratio(ratio))
     if not bool(torch.isfinite(x).all()):
         raise ValueError(f"x must be finite; got non-finite values in a tensor of shape {tuple(x.shape)}")
-    gen = None if seed is None else torch.Generator(device=x.device).manual_seed(_check_int("seed", seed, 0))
+    gen = (
+        None if seed is None else torch.Generator(device=x.device).manual_seed(check_int(seed, "seed", low=0))
+    )
     return _tm.bipartite_soft_matching_2d(
         x, H, W, r, sx=sx, sy=sy, no_rand=seed is None, generator=gen, check_finite=False
     )
@@ -354,11 +349,11 @@ class ToMAState:
     """
 
     def __init__(self, recompute_every: int = 3, merge_steps: Collection[int] | None = None) -> None:
-        self.recompute_every = _check_int("recompute_every", recompute_every, 1)
+        self.recompute_every = check_int(recompute_every, "recompute_every", low=1)
         if merge_steps is not None:
             if isinstance(merge_steps, (str, bytes)) or not isinstance(merge_steps, Collection):
                 raise TypeError(f"merge_steps must be a collection of ints or None, got {merge_steps!r}")
-            merge_steps = frozenset(_check_int("merge_steps[i]", s, 0) for s in merge_steps)
+            merge_steps = frozenset(check_int(s, "merge_steps[i]", low=0) for s in merge_steps)
         self.merge_steps = merge_steps
         self.step = 0
         self.plans: dict[Hashable, tuple[int, Any]] = {}
@@ -431,11 +426,11 @@ def apply_toma(
         TypeError: the model has no supported block. ValueError: bad settings.
     """
     _check_ratio(ratio)
-    _check_int("num_tiles", num_tiles, 1)
+    check_int(num_tiles, "num_tiles", low=1)
     if math.isqrt(num_tiles) ** 2 != num_tiles:
         raise ValueError(f"num_tiles must be a perfect square (t × t tiles), got {num_tiles}")
     _check_scale("attention_scale", attention_scale)
-    _check_int("min_tokens", min_tokens, 0)
+    check_int(min_tokens, "min_tokens", low=0)
     if not isinstance(proportional_attention, bool):
         raise TypeError(f"proportional_attention must be a bool, got {proportional_attention!r}")
     state = ToMAState(recompute_every, merge_steps)

@@ -10,7 +10,7 @@ embeddings cannot be downloaded here, so the data are synthetic embeddings with 
 sample (mean 8, cap 48), Zipf feature frequencies, log-normal magnitudes, 1% noise; MSAE preprocessing
 (centre, scale by √d/E‖x−μ‖²). Models (n = 256 latents, AdamW, lr 1e-3, NMSE loss as in the paper's ICML
 code, unit-norm decoder steps): TopK-8, TopK-32, MSAE-UW, and in full mode also MSAE-RW and ReLU+L1 at two
-coefficients, with ks = [4, 8, 16, 32, 64, 128, 256]. Full: 40k samples, the brief's 3000 steps × batch
+coefficients, with ks = [4, 8, 16, 32, 64, 128, 256]. Full: 40k samples, the planned 3000 steps × batch
 1024; :data:`QUICK`: 8k samples, 400 steps × 256, no ReLU SAEs. Every model
 is evaluated on held-out data capped at inference k ∈ {4, 8, 16, 32, 64} and uncapped.
 
@@ -68,9 +68,9 @@ class Setting:
     n_test: int
     """Held-out embeddings of the curves (paper: ImageNet-1k and CC3M text; ours: synthetic, 5k, quick 2k)."""
     steps: int
-    """AdamW steps per model (paper: 20–30 epochs over CC3M; the brief and ours 3,000, quick 400)."""
+    """AdamW steps per model (paper: 20–30 epochs over CC3M; planned and ours 3,000, quick 400)."""
     batch_size: int
-    """Rows per step (paper 4096; the brief and ours 1,024, quick 256)."""
+    """Rows per step (paper 4096; planned and ours 1,024, quick 256)."""
     relu_coefs: tuple[float, ...] = ()
     """L1 weights of the ReLU+L1 baselines (paper 0.003 at lr 5e-5; ours 0.1 and 0.3; quick: none)."""
     msae_rw: bool = False

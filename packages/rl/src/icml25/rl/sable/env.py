@@ -16,15 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from icml25.kernels.checks import check_int
+
 __all__ = ["DelayedCueEnv"]
-
-
-def _check_int(name: str, value: object, lo: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int >= {lo}, got {value!r} ({type(value).__name__})")
-    if value < lo:
-        raise ValueError(f"{name} must be >= {lo}, got {value}")
-    return int(value)
 
 
 class DelayedCueEnv:
@@ -40,9 +34,9 @@ class DelayedCueEnv:
     n_actions = 2
 
     def __init__(self, n_envs: int, n_agents: int = 3, episode_length: int = 8, seed: int | None = 0) -> None:
-        self.n_envs = _check_int("n_envs", n_envs, 1)
-        self.n_agents = _check_int("n_agents", n_agents, 1)
-        self.episode_length = _check_int("episode_length", episode_length, 2)
+        self.n_envs = check_int(n_envs, "n_envs", low=1)
+        self.n_agents = check_int(n_agents, "n_agents", low=1)
+        self.episode_length = check_int(episode_length, "episode_length", low=2)
         self.obs_dim = 2 + self.n_agents + self.episode_length
         self._rng = np.random.default_rng(seed)
         self._t = np.zeros(self.n_envs, dtype=np.int64)

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from icml25.kernels.checks import check_int
 from icml25.kernels.retention import default_kappas, retention, retention_step
 from icml25.kernels.rng import isolated_rng
 
@@ -32,14 +33,6 @@ __all__ = ["MultiScaleRetention", "SableConfig", "SableNet", "SableState"]
 SableState = list[torch.Tensor]
 """The hidden states of a :class:`SableNet`: one ``[B, H, Dh, Dh]`` tensor per retention layer (encoder
 blocks, then two per decoder block); an empty list for ff-Sable."""
-
-
-def _check_int(name: str, value: object, lo: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int >= {lo}, got {value!r} ({type(value).__name__})")
-    if value < lo:
-        raise ValueError(f"{name} must be >= {lo}, got {value}")
-    return value
 
 
 @dataclass(frozen=True)
@@ -72,7 +65,7 @@ class SableConfig:
 
     def __post_init__(self) -> None:
         for name in ("n_agents", "obs_dim", "n_actions", "embed_dim", "n_head", "n_block", "chunk_size"):
-            _check_int(name, getattr(self, name), 1)
+            check_int(getattr(self, name), name, low=1)
         if self.embed_dim % self.n_head:
             raise ValueError(
                 f"embed_dim must be divisible by n_head, got embed_dim={self.embed_dim}, n_head={self.n_head}"
@@ -86,7 +79,7 @@ class SableConfig:
         if not (math.isfinite(self.decay_scaling_factor) and 0 < self.decay_scaling_factor <= 1):
             raise ValueError(f"decay_scaling_factor must lie in (0, 1], got {self.decay_scaling_factor}")
         if self.agents_per_chunk is not None:
-            _check_int("agents_per_chunk", self.agents_per_chunk, 1)
+            check_int(self.agents_per_chunk, "agents_per_chunk", low=1)
             if self.n_agents % self.agents_per_chunk:
                 raise ValueError(
                     f"n_agents = {self.n_agents} must be divisible by agents_per_chunk = {self.agents_per_chunk}"
@@ -263,7 +256,7 @@ class SableNet(nn.Module):
 
     def initial_state(self, batch_size: int) -> SableState:
         """Zero hidden states for ``batch_size`` environments (an empty list for ff-Sable)."""
-        _check_int("batch_size", batch_size, 1)
+        check_int(batch_size, "batch_size", low=1)
         if self.config.memory == "ff":
             return []
         c = self.config

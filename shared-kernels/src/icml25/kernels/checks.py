@@ -1,0 +1,293 @@
+"""Argument validation shared by every icml25 package: one way to say what an argument must be.
+
+Each ``check_*`` takes the value first, then the argument's name as the caller spells it, and either returns
+the value (normalised: a Python ``int``/``float``, a tensor or array) or raises a ``TypeError`` (wrong kind)
+or ``ValueError`` (right kind, wrong value) whose message names the argument, what was expected and what was
+given::
+
+    >>> check_int(3, "n_layers", low=1)
+    3
+    >>> check_float(float("nan"), "lr", low=0.0, low_open=True)
+    Traceback (most recent call last):
+    ...
+    ValueError: lr must be a finite float in (0.0, inf), got nan
+
+Why one module: a library whose every public function validates its input needs the same rules everywhere —
+``bool`` is not an int, NumPy integers and floats are accepted, NaN never passes a float check, a tensor's
+message says its shape and dtype — and the same words in the errors users read.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import numbers
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+import torch
+
+__all__ = [
+    "check_array",
+    "check_choice",
+    "check_fitted",
+    "check_float",
+    "check_int",
+    "check_same_length",
+    "check_tensor",
+]
+
+T = TypeVar("T")
+
+_DTYPE_FAMILIES = ("float", "int", "bool", "complex")
+
+
+def _describe(value: object) -> str:
+    """``type value`` for a scalar, ``type`` plus shape/dtype for an array or tensor."""
+    if isinstance(value, torch.Tensor):
+        return f"torch.Tensor of shape {tuple(value.shape)} and dtype {value.dtype}"
+    if isinstance(value, np.ndarray):
+        return f"numpy.ndarray of shape {value.shape} and dtype {value.dtype}"
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 80 else text[:77] + '...'}"
+
+
+def _range_text(kind: str, low: float | None, high: float | None, low_open: bool, high_open: bool) -> str:
+    if low is not None and high is not None:
+        return f"{kind} in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+    if low is not None:
+        return f"{kind} {'>' if low_open else '>='} {low}"
+    if high is not None:
+        return f"{kind} {'<' if high_open else '<='} {high}"
+    return kind
+
+
+def check_int(value: object, name: str, *, low: int | None = None, high: int | None = None) -> int:
+    """``value`` as a Python ``int`` in ``[low, high]`` (either bound optional).
+
+    Accepts ``int`` and NumPy integers; rejects ``bool`` and floats (even integral ones, ``2.0``).
+
+    Raises:
+        TypeError: ``value`` is not an integer.
+        ValueError: it is outside ``[low, high]``.
+    """
+    expected = _range_text("an int", low, high, False, False)
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be {expected}, got {_describe(value)}")
+    v = int(value)
+    if (low is not None and v < low) or (high is not None and v > high):
+        raise ValueError(f"{name} must be {expected}, got {v}")
+    return v
+
+
+def check_float(
+    value: object,
+    name: str,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> float:
+    """``value`` as a finite Python ``float`` between ``low`` and ``high`` (open or closed ends, optional).
+
+    Accepts Python and NumPy reals (ints included); rejects ``bool``, NaN and ±inf.
+
+    Raises:
+        TypeError: ``value`` is not a real number.
+        ValueError: it is NaN, infinite or out of range.
+    """
+    lo = -math.inf if low is None else low
+    hi = math.inf if high is None else high
+    expected = (
+        "a finite float"
+        if low is None and high is None
+        else _range_text("a finite float", lo, hi, low_open or low is None, high_open or high is None)
+    )
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be {expected}, got {_describe(value)}")
+    v = float(value)
+    ok = math.isfinite(v) and (v > lo if low_open else v >= lo) and (v < hi if high_open else v <= hi)
+    if not ok:
+        raise ValueError(f"{name} must be {expected}, got {v!r}")
+    return v
+
+
+def check_choice(value: T, name: str, choices: Collection[T]) -> T:
+    """``value`` if it is one of ``choices`` (compared with ``==``; a string never matches a non-string).
+
+    Raises:
+        ValueError: it is not one of them.
+    """
+    listed = list(choices)
+    try:  # a string never equals a non-string choice; an array compared with a choice is no match
+        found = any(isinstance(value, str) == isinstance(c, str) and bool(value == c) for c in listed)
+    except (TypeError, ValueError):
+        found = False
+    if not found:
+        text = repr(value)
+        raise ValueError(
+            f"{name} must be one of {listed}, got {text if len(text) <= 80 else text[:77] + '...'}"
+        )
+    return value
+
+
+def _check_shape(shape: tuple[int, ...], want: Sequence[int | None] | None, ndim: int | Sequence[int] | None,
+                 name: str, what: str) -> None:  # fmt: skip
+    if ndim is not None:
+        allowed = (ndim,) if isinstance(ndim, int) else tuple(ndim)
+        if len(shape) not in allowed:
+            dims = " or ".join(str(d) for d in allowed)
+            raise ValueError(f"{name} must have {dims} dimension(s), got {what}")
+    if want is not None:
+        if len(shape) != len(want) or any(w is not None and s != w for s, w in zip(shape, want)):
+            form = "(" + ", ".join("*" if w is None else str(w) for w in want) + ")"
+            raise ValueError(f"{name} must have shape {form}, got {what}")
+
+
+def _dtype_family(dtype: torch.dtype | np.dtype) -> str:
+    if isinstance(dtype, torch.dtype):
+        if dtype == torch.bool:
+            return "bool"
+        if dtype.is_complex:
+            return "complex"
+        return "float" if dtype.is_floating_point else "int"
+    kind = np.dtype(dtype).kind
+    return {"b": "bool", "i": "int", "u": "int", "f": "float", "c": "complex"}.get(kind, kind)
+
+
+def check_tensor(
+    value: object,
+    name: str,
+    *,
+    ndim: int | Sequence[int] | None = None,
+    shape: Sequence[int | None] | None = None,
+    dtype: str | Sequence[str] | None = "float",
+    finite: bool = True,
+    max_abs: float | None = None,
+    device: torch.device | str | None = None,
+    non_empty: bool = False,
+) -> torch.Tensor:
+    """``value`` if it is a ``torch.Tensor`` of the given form.
+
+    Args:
+        ndim: allowed number(s) of dimensions.
+        shape: the exact shape, ``None`` entries free (``(None, 3)``: any rows, 3 columns).
+        dtype: allowed dtype families, among ``"float"``, ``"int"``, ``"bool"``, ``"complex"``; ``None``: any.
+        finite: reject NaN and ±inf (floating and complex tensors).
+        max_abs: reject entries with a larger magnitude (e.g. what a float16 kernel can hold).
+        device: the device it must be on.
+        non_empty: reject a tensor with no elements.
+
+    Raises:
+        TypeError: not a tensor, or a dtype outside ``dtype``.
+        ValueError: wrong dimensions, shape or device; empty; non-finite or too-large entries.
+    """
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {_describe(value)}")
+    what = _describe(value)
+    if dtype is not None:
+        families = (dtype,) if isinstance(dtype, str) else tuple(dtype)
+        unknown = set(families) - set(_DTYPE_FAMILIES)
+        if unknown:
+            raise ValueError(f"dtype must name families among {_DTYPE_FAMILIES}, got {sorted(unknown)}")
+        if _dtype_family(value.dtype) not in families:
+            raise TypeError(f"{name} must be a {' or '.join(families)} tensor, got {what}")
+    _check_shape(tuple(value.shape), shape, ndim, name, what)
+    if device is not None and value.device != torch.device(device):
+        raise ValueError(f"{name} must be on device {torch.device(device)}, got one on {value.device}")
+    if non_empty and value.numel() == 0:
+        raise ValueError(f"{name} must not be empty, got {what}")
+    if value.numel() and (value.is_floating_point() or value.is_complex()):
+        if finite and not bool(torch.isfinite(value).all()):
+            raise ValueError(f"{name} must be finite (no NaN or inf), got {what} with non-finite entries")
+        if max_abs is not None and float(value.detach().abs().max()) > max_abs:
+            raise ValueError(
+                f"{name} must have entries of magnitude <= {max_abs:g}, got max {float(value.abs().max()):g}"
+            )
+    elif value.numel() and max_abs is not None and float(value.detach().abs().max()) > max_abs:
+        raise ValueError(
+            f"{name} must have entries of magnitude <= {max_abs:g}, got max {float(value.abs().max()):g}"
+        )
+    return value
+
+
+def check_array(
+    value: object,
+    name: str,
+    *,
+    ndim: int | Sequence[int] | None = None,
+    shape: Sequence[int | None] | None = None,
+    dtype: str | Sequence[str] | None = "float",
+    finite: bool = True,
+    non_empty: bool = False,
+) -> np.ndarray:
+    """``value`` as a NumPy array (lists and other array-likes converted) of the given form.
+
+    ``dtype`` families as in :func:`check_tensor`; an ``int``/``bool`` array passes a ``"float"`` check only
+    if ``"int"``/``"bool"`` is listed too (nothing is cast silently). Object and string arrays never pass.
+
+    Raises:
+        TypeError: not array-like, or a dtype outside ``dtype`` (complex input to a real check included).
+        ValueError: wrong dimensions or shape, empty, or non-finite entries.
+    """
+    if isinstance(value, torch.Tensor):
+        raise TypeError(f"{name} must be a numpy array or array-like, got {_describe(value)}")
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"{name} must be array-like, got {_describe(value)} ({err})") from None
+    what = _describe(arr)
+    if arr.dtype.kind in "OSUV":
+        raise TypeError(f"{name} must be a numeric array, got {what}")
+    if dtype is not None:
+        families = (dtype,) if isinstance(dtype, str) else tuple(dtype)
+        if _dtype_family(arr.dtype) not in families:
+            raise TypeError(f"{name} must be a {' or '.join(families)} array, got {what}")
+    _check_shape(arr.shape, shape, ndim, name, what)
+    if non_empty and arr.size == 0:
+        raise ValueError(f"{name} must not be empty, got {what}")
+    if finite and arr.size and arr.dtype.kind in "fc" and not np.isfinite(arr).all():
+        raise ValueError(f"{name} must be finite (no NaN or inf), got {what} with non-finite entries")
+    return arr
+
+
+def check_same_length(values: Mapping[str, Any], *, axis: int = 0) -> int:
+    """The common length (size along ``axis``) of the named sequences, arrays or tensors.
+
+    Raises:
+        ValueError: they differ; the message lists each name with its length.
+    """
+    lengths = {
+        k: (len(v) if axis == 0 and not hasattr(v, "shape") else int(v.shape[axis]))
+        for k, v in values.items()
+    }
+    if len(set(lengths.values())) > 1:
+        listed = ", ".join(f"{k} has {n}" for k, n in lengths.items())
+        raise ValueError(f"{' and '.join(lengths)} must have the same length along axis {axis}: {listed}")
+    return next(iter(lengths.values()), 0)
+
+
+class _NotFittedError(ValueError, AttributeError):
+    """scikit-learn's ``NotFittedError`` where scikit-learn is not installed (the same two bases)."""
+
+
+def _not_fitted_error() -> type[Exception]:
+    try:  # icml25-kernels does not need scikit-learn; the area packages that fit estimators do
+        error: type[Exception] = importlib.import_module("sklearn.exceptions").NotFittedError
+    except ImportError:
+        return _NotFittedError
+    return error
+
+
+def check_fitted(estimator: object, attributes: str | Sequence[str]) -> None:
+    """Raise scikit-learn's ``NotFittedError`` (a ``ValueError`` and ``AttributeError``) unless ``estimator``
+    has every fitted attribute in ``attributes`` (names ending in ``_``, set by ``fit``)."""
+    names = (attributes,) if isinstance(attributes, str) else tuple(attributes)
+    missing = [a for a in names if not hasattr(estimator, a)]
+    if missing:
+        raise _not_fitted_error()(
+            f"This {type(estimator).__name__} instance is not fitted yet (no {', '.join(missing)}); "
+            "call 'fit' with appropriate arguments before using this estimator."
+        )
