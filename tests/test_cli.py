@@ -53,7 +53,7 @@ def test_list_installed_shows_only_what_this_environment_registers(
 
 def test_reproduce_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["reproduce", "--only", "P99", "--out", str(tmp_path)]) == 2
-    assert "P99 not installed" in capsys.readouterr().err
+    assert "--only P99: unknown paper" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exc:
         cli.main(["reproduce", "--record"])
     assert exc.value.code == 2 and "--full" in capsys.readouterr().err
@@ -118,8 +118,10 @@ def test_icml25_list_and_reproduce_from_the_installed_wheels(
     )
     assert run.returncode == 0, run.stdout + run.stderr
     assert "P05 PASS " in run.stdout and "1 papers: 1 PASS" in run.stdout
-    assert "figures off: matplotlib is not installed" in run.stderr
-    report = (tmp_path / "reports" / "REPORT.md").read_text()
+    assert "figures off: matplotlib is not installed (pip install 'icml25-rl[plots]')" in run.stderr
+    (path,) = (tmp_path / "reports").glob("*-quick/REPORT.md")
+    assert f"report: {path.relative_to(tmp_path)} " in run.stdout
+    report = path.read_text()
     assert "| P05 | PASS |" in report and "Mode: **quick**" in report
     module = subprocess.run(
         [str(python), "-m", "icml25.kernels", "list", "--installed"], capture_output=True, text=True
