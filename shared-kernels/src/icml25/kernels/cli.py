@@ -8,7 +8,7 @@ Usage::
 
     icml25 list                                   # all 55 papers
     icml25 list --installed                       # the papers this environment can reproduce
-    icml25 reproduce --only P05                   # quick mode -> reports/REPORT.md
+    icml25 reproduce --only P05                   # quick mode -> reports/<date-time>-quick/REPORT.md
     icml25 reproduce --only P07 --full --record --results results --note "3 seeds"
 """
 
