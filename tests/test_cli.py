@@ -184,3 +184,38 @@ def test_cpu_only_install_from_a_source_checkout_pulls_no_cuda_and_no_triton(
     print(
         f"\nCPU-only install of icml25-rl: {size / 2**20:.0f} MiB in site-packages, {len(installed)} distributions"
     )
+
+
+def test_cite_prints_the_papers_bibtex_and_every_implemented_paper_has_one(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    entries = cli.citations()
+    implemented = [p.id for p in catalog.load() if p.status == "implemented"]
+    assert sorted(entries) == sorted(implemented), "citations.bib needs one entry per implemented paper"
+    for pid, entry in entries.items():
+        assert entry.startswith(f"@inproceedings{{icml25:{pid},\n") and entry.endswith("\n}"), pid
+        assert entry.count("{") == entry.count("}"), f"{pid}: unbalanced braces"
+        assert "year      = {2025}" in entry or "year          = {2025}" in entry, pid
+        assert f"icml25 {pid} (" in entry, pid
+    assert cli.main(["cite", "p05"]) == 0  # case-insensitive
+    assert capsys.readouterr().out.strip() == entries["P05"]
+    assert cli.main(["cite", "--all"]) == 0
+    assert capsys.readouterr().out.count("@inproceedings{") == len(implemented)
+
+
+def test_cite_tells_an_unknown_id_from_an_unimplemented_paper(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["cite", "P99"]) == 2
+    assert "P99: unknown paper" in capsys.readouterr().err
+    unimplemented = [p for p in catalog.load() if p.status != "implemented"]
+    if unimplemented:
+        assert cli.main(["cite", unimplemented[0].id]) == 2
+        assert "no citation" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["cite"])
+    assert exc.value.code == 2
+
+
+def test_the_kernels_wheel_ships_the_citations(wheelhouse: Path) -> None:
+    with zipfile.ZipFile(wheel_of(wheelhouse, "kernels")) as zf:
+        shipped = zf.read("icml25/kernels/citations.bib").decode()
+    assert shipped.count("@inproceedings{") == len(cli.citations())

@@ -4,6 +4,7 @@ CONTRIBUTING.md carry none (commands only), which this checks, so a block added 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -29,3 +30,38 @@ def test_each_package_runs_every_block_of_its_readme(name: str) -> None:
 @pytest.mark.parametrize("doc", ["README.md", "CONTRIBUTING.md"])
 def test_top_level_documents_have_no_untested_python_blocks(doc: str) -> None:
     assert readme_examples(Path(ROOT / doc)) == [], f"{doc}: move Python examples to a package README"
+
+
+@pytest.mark.parametrize("name", list(MEMBERS))
+def test_each_install_line_names_the_extras_its_examples_use(name: str) -> None:
+    """A reader who copies the package README's install line can run its examples: the line names every extra
+    a block declares (``# extra: X``), from the checkout and in the PyPI form."""
+    folder = MEMBERS[name].folder
+    readme = ROOT / folder / "README.md"
+    used = {x for e in readme_examples(readme, f"icml25-{name}") for x in e.extras}
+    text = readme.read_text(encoding="utf-8")
+    top = text[: text.index("```python")]  # the install block comes before the first example
+    for form in (rf'"\./{re.escape(folder)}\[([^\]]*)\]"', rf'"icml25-{name}\[([^\]]*)\]"'):
+        match = re.search(form, top)
+        if not used and match is None:
+            continue
+        assert match, f"{folder}/README.md: no install line {form} above the first example"
+        assert used <= set(match.group(1).split(",")), (folder, sorted(used))
+    assert "pip install ./shared-kernels" in top, f"{folder}/README.md: lead with the checkout install"
+
+
+def test_the_top_level_readme_leads_with_the_install_that_works_from_a_checkout() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    first_pip = text.index("pip install ")
+    assert text[first_pip:].startswith("pip install torch --index-url") or text.index(
+        "pip install ./shared-kernels"
+    ) < text.index("pip install icml25-"), "the first install command must work without PyPI"
+    assert text.index("icml25 reproduce --only P05") < text.index("Once published on PyPI")
+    for name, member in MEMBERS.items():
+        if name == "kernels":
+            continue
+        readme = ROOT / member.folder / "README.md"
+        (line,) = re.findall(
+            rf'pip install \./shared-kernels "\./{member.folder}\[[^\]]*\]"', readme.read_text()
+        )
+        assert line in text, f"README.md's area table lacks {line}"
