@@ -219,3 +219,9 @@ def test_the_kernels_wheel_ships_the_citations(wheelhouse: Path) -> None:
     with zipfile.ZipFile(wheel_of(wheelhouse, "kernels")) as zf:
         shipped = zf.read("icml25/kernels/citations.bib").decode()
     assert shipped.count("@inproceedings{") == len(cli.citations())
+
+
+def test_list_footer_names_the_install_that_works_from_a_checkout(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["list"]) == 0
+    footer = capsys.readouterr().out.splitlines()[-1]
+    assert "pip install ./shared-kernels ./packages/<area>" in footer and "once it is on PyPI" in footer
