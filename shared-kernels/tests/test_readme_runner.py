@@ -205,3 +205,9 @@ def test_documented_lines_must_come_in_order(tmp_path: Path) -> None:
     (example,) = readme_examples(_write(tmp_path, text))
     with pytest.raises(AssertionError, match="# prints: b"):
         run_readme_example(example, tmp_path)
+
+
+def test_comment_lines_of_other_code_blocks_are_no_headings(tmp_path: Path) -> None:
+    text = "# Package\n\n```bash\n# from a checkout:\npip install .\n```\n\n```python\nx = 1\n```\n"
+    (example,) = readme_examples(_write(tmp_path, text))
+    assert example.heading == "Package"

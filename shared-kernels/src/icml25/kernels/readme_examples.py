@@ -137,9 +137,13 @@ def readme_examples(path: str | os.PathLike[str], distribution: str | None = Non
     return examples
 
 
+_ANY_FENCE = re.compile(r"^```[^\n]*\n.*?^```[ \t]*$", re.S | re.M)
+
+
 def _heading_before(text: str, offset: int) -> str:
-    # the last Markdown heading above the block, ignoring '#' comment lines inside earlier code blocks
-    outside = _FENCE.sub(lambda m: "\n" * m.group(0).count("\n"), text[:offset])
+    # the last Markdown heading above the block, ignoring '#' comment lines inside earlier code blocks of any
+    # language (a bash block's '# comment' is no heading)
+    outside = _ANY_FENCE.sub(lambda m: "\n" * m.group(0).count("\n"), text[:offset])
     found = _HEADING.findall(outside)
     return found[-1] if found else ""
 
