@@ -5,6 +5,7 @@ CONTRIBUTING.md carry none (commands only), which this checks, so a block added 
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -65,3 +66,37 @@ def test_the_top_level_readme_leads_with_the_install_that_works_from_a_checkout(
             rf'pip install \./shared-kernels "\./{member.folder}\[[^\]]*\]"', readme.read_text()
         )
         assert line in text, f"README.md's area table lacks {line}"
+
+
+# import name of an extra's requirement, where it differs from the distribution name
+_IMPORT_NAMES = {"causal-learn": "causallearn", "sae-lens": "sae_lens", "flwr": "flwr"}
+
+
+@pytest.mark.parametrize("name", list(MEMBERS))
+def test_a_block_that_imports_an_extras_library_declares_the_extra(name: str) -> None:
+    """``from transformers import ...`` in a block without ``# extra: hf`` would fail, not skip, where the extra
+    is missing; a ``# requires:`` module (a library no extra is needed for) is also accepted."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # Python 3.10: the same parser, from PyPI (an icml25-kernels dependency there)
+        import tomli as tomllib
+
+    folder = ROOT / MEMBERS[name].folder
+    extras = tomllib.loads((folder / "pyproject.toml").read_text())["project"].get(
+        "optional-dependencies", {}
+    )
+    modules: dict[str, set[str]] = {}
+    for extra, reqs in extras.items():
+        for req in reqs:
+            dist = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", req).group(0).lower()
+            modules.setdefault(_IMPORT_NAMES.get(dist, dist.replace("-", "_")), set()).add(extra)
+    undeclared = []
+    for example in readme_examples(folder / "README.md", f"icml25-{name}"):
+        for module in re.findall(r"^\s*(?:from|import)\s+([A-Za-z_]\w*)", example.code, re.M):
+            if (
+                module in modules
+                and not (modules[module] & set(example.extras))
+                and module not in example.requires
+            ):
+                undeclared.append(f"{example.id}: imports {module} (extra {sorted(modules[module])})")
+    assert undeclared == []
