@@ -220,7 +220,7 @@ def build(session: nox.Session) -> None:
 @nox.session
 @timed
 def reproduce(session: nox.Session) -> None:
-    """Run every paper's reproduction (quick; ``-- --full`` for full size) and write reports/REPORT.md;
+    """Run every paper's reproduction (quick; ``-- --full`` for full size) and write reports/<run>/REPORT.md;
     ``-- --full --record`` also writes the results ledger (results/<id>.json). tools/reproduce.py is the
     installed ``icml25 reproduce`` with the repository's results/ as its ledger folder."""
     _install_packages(session, list(PACKAGES))

@@ -53,7 +53,7 @@ def test_list_installed_shows_only_what_this_environment_registers(
 
 def test_reproduce_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["reproduce", "--only", "P99", "--out", str(tmp_path)]) == 2
-    assert "P99 not installed" in capsys.readouterr().err
+    assert "--only P99: unknown paper" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exc:
         cli.main(["reproduce", "--record"])
     assert exc.value.code == 2 and "--full" in capsys.readouterr().err
@@ -118,8 +118,10 @@ def test_icml25_list_and_reproduce_from_the_installed_wheels(
     )
     assert run.returncode == 0, run.stdout + run.stderr
     assert "P05 PASS " in run.stdout and "1 papers: 1 PASS" in run.stdout
-    assert "figures off: matplotlib is not installed" in run.stderr
-    report = (tmp_path / "reports" / "REPORT.md").read_text()
+    assert "figures off: matplotlib is not installed (pip install 'icml25-rl[plots]')" in run.stderr
+    (path,) = (tmp_path / "reports").glob("*-quick/REPORT.md")
+    assert f"report: {path.relative_to(tmp_path)} " in run.stdout
+    report = path.read_text()
     assert "| P05 | PASS |" in report and "Mode: **quick**" in report
     module = subprocess.run(
         [str(python), "-m", "icml25.kernels", "list", "--installed"], capture_output=True, text=True
@@ -182,3 +184,44 @@ def test_cpu_only_install_from_a_source_checkout_pulls_no_cuda_and_no_triton(
     print(
         f"\nCPU-only install of icml25-rl: {size / 2**20:.0f} MiB in site-packages, {len(installed)} distributions"
     )
+
+
+def test_cite_prints_the_papers_bibtex_and_every_implemented_paper_has_one(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    entries = cli.citations()
+    implemented = [p.id for p in catalog.load() if p.status == "implemented"]
+    assert sorted(entries) == sorted(implemented), "citations.bib needs one entry per implemented paper"
+    for pid, entry in entries.items():
+        assert entry.startswith(f"@inproceedings{{icml25:{pid},\n") and entry.endswith("\n}"), pid
+        assert entry.count("{") == entry.count("}"), f"{pid}: unbalanced braces"
+        assert "year      = {2025}" in entry or "year          = {2025}" in entry, pid
+        assert f"icml25 {pid} (" in entry, pid
+    assert cli.main(["cite", "p05"]) == 0  # case-insensitive
+    assert capsys.readouterr().out.strip() == entries["P05"]
+    assert cli.main(["cite", "--all"]) == 0
+    assert capsys.readouterr().out.count("@inproceedings{") == len(implemented)
+
+
+def test_cite_tells_an_unknown_id_from_an_unimplemented_paper(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["cite", "P99"]) == 2
+    assert "P99: unknown paper" in capsys.readouterr().err
+    unimplemented = [p for p in catalog.load() if p.status != "implemented"]
+    if unimplemented:
+        assert cli.main(["cite", unimplemented[0].id]) == 2
+        assert "no citation" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["cite"])
+    assert exc.value.code == 2
+
+
+def test_the_kernels_wheel_ships_the_citations(wheelhouse: Path) -> None:
+    with zipfile.ZipFile(wheel_of(wheelhouse, "kernels")) as zf:
+        shipped = zf.read("icml25/kernels/citations.bib").decode()
+    assert shipped.count("@inproceedings{") == len(cli.citations())
+
+
+def test_list_footer_names_the_install_that_works_from_a_checkout(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["list"]) == 0
+    footer = capsys.readouterr().out.splitlines()[-1]
+    assert "pip install ./shared-kernels ./packages/<area>" in footer and "once it is on PyPI" in footer

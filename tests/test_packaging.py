@@ -99,3 +99,17 @@ def test_long_description_has_no_relative_links(wheelhouse: Path, name: str) -> 
     targets = re.findall(r"\]\(([^)\s]+)\)", body)
     relative = [t for t in targets if not re.match(r"(https?://|mailto:|#)", t)]
     assert body.strip() and relative == [], relative
+
+
+@pytest.mark.parametrize("name", DISTRIBUTIONS)
+def test_every_wheel_ships_the_mit_license(wheelhouse: Path, name: str) -> None:
+    """The repository's LICENSE (MIT) is copied into each package folder (PEP 639 license files must lie
+    inside the project) and shipped in its wheel's ``.dist-info/licenses/``."""
+    folder = ROOT / ("shared-kernels" if name == "kernels" else f"packages/{name}")
+    assert (folder / "LICENSE").read_text() == (ROOT / "LICENSE").read_text(), f"{folder}/LICENSE differs"
+    meta = _metadata(wheel_of(wheelhouse, name))
+    assert meta["License-Expression"] == "MIT" and meta.get_all("License-File") == ["LICENSE"]
+    with zipfile.ZipFile(wheel_of(wheelhouse, name)) as zf:
+        (shipped,) = [n for n in zf.namelist() if n.endswith(".dist-info/licenses/LICENSE")]
+        assert zf.read(shipped).decode() == (ROOT / "LICENSE").read_text()
+    assert "MIT License" in (ROOT / "LICENSE").read_text()

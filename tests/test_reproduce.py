@@ -59,6 +59,11 @@ def _expect(**misses: str):
     return lambda: {pid: reproduce.Expectation(("quick", "full"), reason) for pid, reason in misses.items()}
 
 
+def _report(out: Path) -> str:
+    """The REPORT.md of the last run written under ``out`` (``<out>/<run folder>/REPORT.md``)."""
+    return max(out.glob("*/REPORT.md"), key=lambda path: path.stat().st_mtime_ns).read_text()
+
+
 def _main(argv: list[str], experiments: dict, **misses: str) -> int:
     return reproduce.main(argv, discover=lambda: experiments, expectations=_expect(**misses))
 
@@ -67,11 +72,12 @@ def test_pass_and_fail_rows_and_nonzero_exit(tmp_path: Path, capsys: pytest.Capt
     code = _main(["--out", str(tmp_path)], {"P90": _passing, "P91": _failing})
     out = capsys.readouterr().out
     assert code == 1
-    assert "P90 PASS error=0.2 (baseline 0.5, threshold error <= 0.5 x baseline)" in out
-    assert "P91 FAIL accuracy=0.61 (baseline 0.6, threshold accuracy >= baseline + 0.1)" in out
-    report = (tmp_path / "REPORT.md").read_text()
-    assert "| P90 | PASS | error=0.2 | baseline_error=0.5 | error <= 0.5 x baseline |" in report
-    assert "| P91 | FAIL | accuracy=0.61 | baseline_accuracy=0.6 |" in report
+    assert "P90 PASS error=0.2 ↓ (baseline 0.5) 0.0s" in out  # lower error is better
+    assert "P91 FAIL accuracy=0.61 ↑ (baseline 0.6) 0.0s" in out
+    assert "threshold error" not in out and "threshold accuracy" not in out  # in REPORT.md
+    report = _report(tmp_path)
+    assert "| P90 | PASS | error=0.2 ↓ | baseline_error=0.5 | error <= 0.5 x baseline |" in report
+    assert "| P91 | FAIL | accuracy=0.61 ↑ | baseline_accuracy=0.6 | accuracy >= baseline + 0.1 |" in report
     assert "2 papers: 1 PASS, 1 FAIL" in report and "Mode: **quick**" in report
     assert "![P90 curve](P90/curve.png)" in report
     assert "The method halves the error of the baseline." in report
@@ -82,7 +88,7 @@ def test_only_and_full_select_and_forward(tmp_path: Path, capsys: pytest.Capture
     out = capsys.readouterr().out
     assert code == 0
     assert "P90 PASS" in out and "P91" not in out
-    report = (tmp_path / "REPORT.md").read_text()
+    report = _report(tmp_path)
     assert "Mode: **full**" in report and "| quick | 0 |" in report
 
 
@@ -93,12 +99,12 @@ def test_an_experiment_that_raises_is_an_error_row(
     out = capsys.readouterr().out
     assert code == 1
     assert "P92 ERROR error: RuntimeError: diverged at step 3" in out
-    assert "| P92 | ERROR |" in (tmp_path / "REPORT.md").read_text()
+    assert "| P92 | ERROR |" in _report(tmp_path)
 
 
 def test_unknown_only_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert _main(["--only", "P99", "--out", str(tmp_path)], {"P90": _passing}) == 2
-    assert "P99 not installed" in capsys.readouterr().err
+    assert "--only P99: unknown paper (the catalog lists P00 to P54" in capsys.readouterr().err
 
 
 def test_nothing_installed_says_so_and_succeeds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -122,7 +128,7 @@ def test_known_miss_is_reported_with_its_reason_and_exits_zero(
     assert code == 0
     assert "P91 KNOWN-MISS accuracy=0.61" in out and f"known miss: {reason}" in out
     assert f"known miss P91: {reason}" in out  # the end-of-run summary
-    report = (tmp_path / "REPORT.md").read_text()
+    report = _report(tmp_path)
     assert "2 papers: 1 PASS, 1 KNOWN-MISS" in report
     assert f"## Known misses\n\n- **P91**: {reason}" in report
 
@@ -174,7 +180,7 @@ def test_breaking_a_passing_paper_fails_the_run_and_names_the_check(
     assert _main(["--out", str(tmp_path)], {"P93": _checked(False)}) == 1
     out = capsys.readouterr().out
     assert "P93 FAIL error=0.6" in out and "[failed: error <= 0.5 x baseline]" in out
-    assert "| error <= 0.5 x baseline | **no** |" in (tmp_path / "REPORT.md").read_text()
+    assert "| error <= 0.5 x baseline | **no** |" in _report(tmp_path)
 
 
 def test_record_writes_a_ledger_entry_with_provenance(tmp_path: Path) -> None:
@@ -227,7 +233,8 @@ def test_without_matplotlib_the_papers_run_without_figures_and_it_says_so(
     assert _main(["--out", str(tmp_path)], {"P93": run}) == 0
     assert seen == [None] and not (tmp_path / "P93").exists()
     captured = capsys.readouterr()
-    assert "figures off: matplotlib is not installed" in captured.err and "P93 PASS" in captured.out
+    assert "figures off: matplotlib is not installed (pip install matplotlib)" in captured.err
+    assert "P93 PASS" in captured.out
 
 
 def test_the_expectations_come_from_the_shipped_catalog() -> None:
@@ -321,7 +328,7 @@ def test_a_failed_precondition_is_inconclusive_exits_one_and_is_never_recorded(
     assert "[precondition failed: baseline >= 2 x chance]" in out
     assert "not recorded: an inconclusive run is not a result" in out
     assert not (results / "P94.json").exists()
-    report = (tmp_path / "REPORT.md").read_text()
+    report = _report(tmp_path)
     assert "| P94 | INCONCLUSIVE |" in report and "| baseline >= 2 x chance | **no** |" in report
     assert "1 papers: 1 INCONCLUSIVE" in report
 
@@ -332,3 +339,99 @@ def test_a_held_precondition_leaves_the_verdict_to_the_checks(tmp_path: Path) ->
     assert _main(argv, {"P94": _retrieval(method=0.36, baseline=0.22)}) == 0
     entry = json.loads((results / "P94.json").read_text())
     assert entry["outcome"] == "PASS" and entry["preconditions"] == {"baseline >= 2 x chance": True}
+
+
+def _long_report(*, quick: bool, seed: int, out_dir: Path | None) -> Report:
+    checks = {
+        f"check {i}: a long condition in words, as the real experiments name theirs": i != 2 for i in range(6)
+    }
+    return Report(
+        paper="P95",
+        claim="A claim.",
+        threshold="; ".join(checks),
+        passed=False,
+        metrics={"a_rather_long_headline_metric_name_error": 0.123456, "baseline_a_rather_long_name": 0.5},
+        headline="a_rather_long_headline_metric_name_error",
+        baseline="baseline_a_rather_long_name",
+        checks=checks,
+    )
+
+
+def test_result_lines_are_short_and_the_report_has_the_full_text(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    reason = "a known miss whose reason runs on " + "and on " * 60 + "to its cause"
+    assert _main(["--out", str(tmp_path)], {"P95": _long_report}, P95=reason) == 0
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if line.strip()]
+    assert max(len(line) for line in lines if not line.startswith("report:")) <= reproduce.LINE_WIDTH
+    (result,) = [line for line in lines if line.startswith("P95 ")]
+    assert result.startswith(
+        "P95 KNOWN-MISS a_rather_long_headline_metric_name_error=0.1235 ↓ (baseline 0.5)"
+    )
+    assert "[failed: check 2" in result and "…" in result
+    report = _report(tmp_path)
+    assert reason in report and "check 5: a long condition in words" in report
+
+
+def test_each_run_writes_its_own_report_folder_and_says_where(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """P90 then P91 into the same --out: the second run does not overwrite the first run's report."""
+    assert _main(["--only", "P90", "--out", str(tmp_path)], {"P90": _passing, "P91": _failing}) == 0
+    first = capsys.readouterr().out
+    assert _main(["--only", "p91", "--out", str(tmp_path)], {"P90": _passing, "P91": _failing}) == 1
+    second = capsys.readouterr().out
+    reports = sorted(tmp_path.glob("*/REPORT.md"))
+    assert len(reports) == 2
+    texts = {path.read_text().count("| P90 | PASS"): path for path in reports}
+    assert set(texts) == {0, 1}
+    for printed, path in ((first, texts[1]), (second, texts[0])):
+        assert f"report: {path} " in printed
+    assert (texts[1].parent / "P90" / "curve.png").is_file()  # the figures sit beside their report
+
+
+def test_run_folders_are_timestamped_and_never_reused(tmp_path: Path) -> None:
+    import datetime as dt
+
+    now = dt.datetime(2026, 1, 2, 3, 4, 5)
+    first = reproduce.run_folder(tmp_path, quick=True, now=now)
+    second = reproduce.run_folder(tmp_path, quick=True, now=now)
+    assert first.name == "20260102-030405-quick" and second.name == "20260102-030405-quick-2"
+    assert reproduce.run_folder(tmp_path, quick=False, now=now).name == "20260102-030405-full"
+
+
+def test_paper_ids_are_case_insensitive(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _main(["--only", "p90", "--out", str(tmp_path)], {"P90": _passing, "P91": _failing}) == 0
+    out = capsys.readouterr().out
+    assert "P90 PASS" in out and "P91" not in out
+
+
+def test_a_known_paper_that_is_not_installed_names_its_package_and_extra(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    papers = {p.id: p for p in catalog.load()}
+    implemented = next(p for p in papers.values() if p.status == "implemented")
+    planned = [p for p in papers.values() if p.status != "implemented"]
+    argv = ["--only", implemented.id.lower(), "--out", str(tmp_path)]
+    assert _main(argv, {"P90": _passing}) == 2
+    err = capsys.readouterr().err
+    assert (
+        f"--only {implemented.id}: {implemented.title} is in {implemented.distribution}, which is not" in err
+    )
+    assert f"pip install '{implemented.distribution}[plots]'" in err
+    if planned:
+        assert _main(["--only", planned[0].id, "--out", str(tmp_path)], {"P90": _passing}) == 2
+        assert f"--only {planned[0].id}: {planned[0].title}: not implemented" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())  # a usage error writes no report
+
+
+def test_without_matplotlib_the_hint_names_the_areas_being_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(reproduce, "figures_available", lambda: False)
+    monkeypatch.setitem(sys.modules, "p93_experiment", types.SimpleNamespace(run=_checked(True)))
+    experiment = reproduce._lazy_run("p93_experiment", "icml25-causal-discovery", "0.1.0")
+    assert _main(["--out", str(tmp_path)], {"P93": experiment}) == 0
+    err = capsys.readouterr().err
+    assert "pip install 'icml25-causal-discovery[plots]'" in err and "icml25-rl" not in err

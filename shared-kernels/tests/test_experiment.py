@@ -134,3 +134,44 @@ def test_experiment_main_runs_prints_checks_and_exits_with_the_verdict(
     with pytest.raises(SystemExit) as exc:
         experiment_main(_fake_run, ["--help"], description="P90 toy reproduction.\n\nMore text.")
     assert exc.value.code == 0 and "P90 toy reproduction." in capsys.readouterr().out
+
+
+def test_out_without_matplotlib_still_prints_the_result_and_names_the_areas_extra(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``python -m icml25.rl.experiments.gas --out figs`` where matplotlib is missing: no traceback, the
+    result is printed, and a one-line hint names the area's [plots] extra."""
+    from icml25.kernels import experiment
+
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    monkeypatch.setattr(experiment, "_matplotlib_available", lambda: False)
+
+    def run(*, quick: bool, seed: int, out_dir: Path | None) -> Report:
+        if out_dir is not None:
+            new_figure()  # raises ImportError: what crashed the command before
+        return _fake_run(quick=quick, seed=seed, out_dir=out_dir)
+
+    run.__module__ = "icml25.causal_discovery.experiments.arrow"
+    assert experiment_main(run, ["--out", str(tmp_path / "figs")]) == 0
+    captured = capsys.readouterr()
+    assert "P90 PASS error=0.2" in captured.out
+    (hint,) = captured.err.splitlines()
+    assert hint == "figures off: matplotlib is not installed (pip install 'icml25-causal-discovery[plots]')"
+    assert not (tmp_path / "figs").exists()
+
+
+def test_the_headlines_direction_is_stated_or_inferred_from_its_name() -> None:
+    from icml25.kernels.report import direction, short_line
+
+    def report(headline: str, **kwargs) -> Report:
+        return Report(paper="P90", claim="c", threshold="t", passed=True, metrics={headline: 0.5, "b": 1.0},
+                      headline=headline, baseline="b", **kwargs)  # fmt: skip
+
+    assert direction(report("k2vae_crps")) == "lower" and direction(report("gas_success")) == "higher"
+    assert direction(report("acc_error")) == "lower"  # an error of an accuracy is still an error
+    assert direction(report("text_patch")) is None
+    assert direction(report("text_patch", better="higher")) == "higher"
+    assert short_line(report("lr_auroc")) == "lr_auroc=0.5 ↑ (baseline 1)"
+    assert short_line(report("msae_uw_auc", better="lower")) == "msae_uw_auc=0.5 ↓ (baseline 1)"
+    with pytest.raises(ValueError, match="better must be one of"):
+        report("x", better="up")

@@ -164,3 +164,50 @@ def test_required_modules_are_parsed_and_inherited_by_continuations(tmp_path: Pa
     text = "```python\n# requires: pandas, polars\npass\n```\n\n```python\n# readme: continues\npass\n```\n"
     first, second = readme_examples(_write(tmp_path, text))
     assert first.requires == second.requires == ("pandas", "polars")
+
+
+PRINTS = """# Output
+
+```python
+import math
+print(round(math.pi, 4))  # prints: 3.1416
+print("ratio", 2 / 3)
+# prints: ratio 0.66...
+```
+
+```python
+# readme: continues
+print("done")  # prints: done
+```
+"""
+
+
+def test_documented_output_is_compared_with_what_the_block_prints(tmp_path: Path) -> None:
+    first, second = readme_examples(_write(tmp_path, PRINTS))
+    assert first.expected == ("3.1416", "ratio 0.66...") and second.expected[-1] == "done"
+    assert run_readme_example(first, tmp_path).stdout.splitlines()[0] == "3.1416"
+    run_readme_example(second, tmp_path)
+    run_readme_example(second, tmp_path, fresh_process=True)
+
+
+@pytest.mark.parametrize("fresh_process", [False, True])
+def test_a_changed_number_fails_the_readme_test(tmp_path: Path, fresh_process: bool) -> None:
+    """The doc says 3.1416; the code now prints 3.1415: the README test fails, naming both."""
+    (example, _) = readme_examples(
+        _write(tmp_path, PRINTS.replace("round(math.pi, 4)", "math.floor(math.pi * 1e4) / 1e4"))
+    )
+    with pytest.raises(AssertionError, match=r"documents '# prints: 3.1416'[^\n]*\n3.1415\n"):
+        run_readme_example(example, tmp_path, fresh_process=fresh_process)
+
+
+def test_documented_lines_must_come_in_order(tmp_path: Path) -> None:
+    text = "```python\nprint('b')\nprint('a')  # prints: a\n# prints: b\n```\n"
+    (example,) = readme_examples(_write(tmp_path, text))
+    with pytest.raises(AssertionError, match="# prints: b"):
+        run_readme_example(example, tmp_path)
+
+
+def test_comment_lines_of_other_code_blocks_are_no_headings(tmp_path: Path) -> None:
+    text = "# Package\n\n```bash\n# from a checkout:\npip install .\n```\n\n```python\nx = 1\n```\n"
+    (example,) = readme_examples(_write(tmp_path, text))
+    assert example.heading == "Package"

@@ -32,6 +32,7 @@ experiment calls on purpose, touches the global random generators.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import random
 import sys
@@ -145,7 +146,7 @@ def new_figure(nrows: int = 1, ncols: int = 1, *, figsize: tuple[float, float] =
     except ImportError:
         raise ImportError(
             "matplotlib is needed to draw the reproduction's figures: pip install matplotlib "
-            "(or the area's plots extra, e.g. pip install 'icml25-rl[plots]')"
+            "(the [plots] extra of the icml25 area package, e.g. pip install 'icml25-<area>[plots]')"
         ) from None
     fig = Figure(figsize=figsize)
     return fig, fig.subplots(nrows, ncols, **kwargs)
@@ -160,6 +161,21 @@ def save_figure(fig: Any, out_dir: str | Path, name: str, *, dpi: int = 120) -> 
     path = out / f"{name}.png"
     fig.savefig(path, dpi=dpi, bbox_inches="tight")
     return path
+
+
+def _matplotlib_available() -> bool:
+    return importlib.util.find_spec("matplotlib") is not None
+
+
+def _plots_extra(run: Callable[..., Any]) -> str:
+    """``pip install 'icml25-<area>[plots]'`` for the area package that defines ``run``."""
+    module = str(getattr(run, "__module__", ""))
+    if module == "__main__":  # python -m icml25.<area>.experiments.<slug>
+        module = str(getattr(getattr(sys.modules.get("__main__"), "__spec__", None), "name", ""))
+    parts = module.split(".")
+    if len(parts) >= 2 and parts[0] == "icml25" and parts[1] != "kernels":
+        return f"pip install 'icml25-{parts[1].replace('_', '-')}[plots]'"
+    return "pip install matplotlib"
 
 
 def experiment_main(
@@ -177,7 +193,12 @@ def experiment_main(
     parser.add_argument("--seed", type=int, default=0, help="seed of the run (default 0)")
     parser.add_argument("--out", type=Path, default=None, help="folder for the figures (default: none)")
     args = parser.parse_args(argv)
-    report = run(quick=not args.full, seed=args.seed, out_dir=args.out)
+    out = args.out
+    if out is not None and not _matplotlib_available():
+        # the run still reports its result; only the figures need matplotlib
+        print(f"figures off: matplotlib is not installed ({_plots_extra(run)})", file=sys.stderr)
+        out = None
+    report = run(quick=not args.full, seed=args.seed, out_dir=out)
     verdict = "INCONCLUSIVE" if report.inconclusive else "PASS" if report.passed else "FAIL"
     print(f"{report.paper} {verdict} {report.summary()}")
     for name, ok in report.preconditions.items():

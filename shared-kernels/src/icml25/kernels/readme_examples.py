@@ -11,6 +11,10 @@ carry directives in comment lines of its own:
 * ``# readme: continues``: the block continues the previous one (it is run after it, in one process),
   like the cells of a notebook.
 * ``# readme: slow``: the block takes longer than a quick test (the test marks it ``slow``).
+* ``# prints: TEXT`` (after a statement, or on a line of its own): the block's output has a line ``TEXT``
+  (surrounding spaces ignored; ``...`` matches anything, as doctest's ELLIPSIS), after the lines the
+  earlier ``# prints:`` of the block matched. A documented number that the code no longer prints fails the
+  test, naming the line it expected and the output it got.
 
 A block runs as the ``__main__`` module of a fresh namespace inside the test's interpreter, from the test's
 temporary folder, with the interpreter's global state (working directory, environment, ``sys.argv``, the
@@ -43,6 +47,7 @@ from typing import Any
 
 __all__ = [
     "ReadmeExample",
+    "check_printed",
     "check_readme_example",
     "missing_extras",
     "readme_examples",
@@ -56,6 +61,7 @@ _EXTRA = re.compile(r"^[ \t]*#[ \t]*extras?:[ \t]*(.+?)[ \t]*$", re.M)
 _REQUIRES = re.compile(r"^[ \t]*#[ \t]*requires:[ \t]*(.+?)[ \t]*$", re.M)
 _DIRECTIVE = re.compile(r"^[ \t]*#[ \t]*readme:[ \t]*(\w+)", re.M)
 _DIRECTIVES = {"continues", "slow"}
+_PRINTS = re.compile(r"#[ \t]*prints:[ \t]?(.*?)[ \t]*$", re.M)
 _REQ_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
@@ -76,6 +82,11 @@ class ReadmeExample:
     requires: tuple[str, ...]
     slow: bool
     distribution: str | None
+
+    @property
+    def expected(self) -> tuple[str, ...]:
+        """The output lines the ``# prints:`` comments of :attr:`code` document, in order."""
+        return tuple(m.group(1).strip() for m in _PRINTS.finditer(self.code))
 
     @property
     def id(self) -> str:
@@ -126,9 +137,13 @@ def readme_examples(path: str | os.PathLike[str], distribution: str | None = Non
     return examples
 
 
+_ANY_FENCE = re.compile(r"^```[^\n]*\n.*?^```[ \t]*$", re.S | re.M)
+
+
 def _heading_before(text: str, offset: int) -> str:
-    # the last Markdown heading above the block, ignoring '#' comment lines inside earlier code blocks
-    outside = _FENCE.sub(lambda m: "\n" * m.group(0).count("\n"), text[:offset])
+    # the last Markdown heading above the block, ignoring '#' comment lines inside earlier code blocks of any
+    # language (a bash block's '# comment' is no heading)
+    outside = _ANY_FENCE.sub(lambda m: "\n" * m.group(0).count("\n"), text[:offset])
     found = _HEADING.findall(outside)
     return found[-1] if found else ""
 
@@ -198,7 +213,30 @@ def run_readme_example(
             main.__dict__.clear()  # free the block's tensors and models before the next test
     if failure is not None:
         raise _failed(example, failure, err.getvalue())
+    check_printed(example, out.getvalue())
     return subprocess.CompletedProcess(["<in-process>"], 0, out.getvalue(), err.getvalue())
+
+
+def _line_matches(expected: str, line: str) -> bool:
+    pattern = ".*".join(re.escape(part) for part in expected.split("..."))
+    return re.fullmatch(pattern, line.strip(), re.S) is not None
+
+
+def check_printed(example: ReadmeExample, stdout: str) -> None:
+    """``AssertionError`` unless every ``# prints:`` line of ``example`` matches a line of ``stdout``, in
+    order (module docstring)."""
+    lines = stdout.splitlines()
+    at = 0
+    for expected in example.expected:
+        hit = next((i for i in range(at, len(lines)) if _line_matches(expected, lines[i])), None)
+        if hit is None:
+            raise AssertionError(
+                f"README example {example.id} ({example.path.name}:{example.line}) documents "
+                f"'# prints: {expected}', but after the lines matched before it printed:\n"
+                + "\n".join(lines[at:])[-4000:]
+                + f"\n--- code ---\n{example.code}"
+            )
+        at = hit + 1
 
 
 @contextlib.contextmanager
@@ -256,6 +294,7 @@ def _run_in_fresh_process(
         ) from exc
     if result.returncode != 0:
         raise _failed(example, f"exited {result.returncode}", result.stderr)
+    check_printed(example, result.stdout)
     return result
 
 

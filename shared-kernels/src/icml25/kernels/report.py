@@ -16,6 +16,9 @@ if TYPE_CHECKING:
     from icml25.kernels.experiment import Check
 
 
+BETTER = ("higher", "lower")
+
+
 @dataclass
 class Report:
     """Outcome of one small-scale reproduction.
@@ -38,6 +41,8 @@ class Report:
             baseline learned the task, a regulariser's baseline overfits...). When one fails the run is
             *inconclusive* (:attr:`inconclusive`): ``icml25 reproduce`` reports INCONCLUSIVE and never
             records it as a pass or a miss; the setting has to change.
+        better: ``"higher"`` or ``"lower"``: which direction of the headline metric is better (the result
+            line's ↑/↓). ``None`` (the default) infers it from the headline's name (:func:`direction`).
     """
 
     paper: str
@@ -52,8 +57,11 @@ class Report:
     checks: dict[str, bool] = field(default_factory=dict)
     seeds: list[int] = field(default_factory=list)
     preconditions: dict[str, bool] = field(default_factory=dict)
+    better: str | None = None
 
     def __post_init__(self) -> None:
+        if self.better not in (None, *BETTER):
+            raise ValueError(f"better must be one of {BETTER} or None, got {self.better!r}")
         if self.headline not in self.metrics:
             raise ValueError(
                 f"headline must be a key of metrics {sorted(self.metrics)}, got {self.headline!r}"
@@ -146,3 +154,53 @@ def summary_line(report: Any) -> str:
     base = "n/a" if report.baseline is None else format_value(metrics[report.baseline])
     head = f"{report.headline}={format_value(metrics[report.headline])}"
     return f"{head} (baseline {base}, threshold {report.threshold})"
+
+
+# Words of a metric's name that say which direction is better, matched against its ``_``-separated parts
+# (``baseline_flat_success`` -> higher, ``k2vae_crps`` -> lower). Lower wins when both occur
+# (``acc_error``); a name with neither has no direction unless the report states ``better``.
+_LOWER = frozenset(
+    "err error errors mse rmse mae crps loss nll kl bpd asr l1 dist distance mmd swd fvu gap regret amr "
+    "dlog rmsd cost time seconds".split()
+)
+_HIGHER = frozenset(
+    "acc accuracy success auroc f1 psnr stability stable ap em score recall precision iou miou "
+    "match reward return lipsync rc ua probe speedup separation drop exact".split()
+)
+
+
+def direction(report: Any) -> str | None:
+    """``"higher"``, ``"lower"`` or ``None``: which direction of ``report.headline`` is better.
+
+    The report's own ``better`` when it states one, else inferred from the headline's name: a part such as
+    ``error``, ``mse``, ``crps``, ``loss`` means lower is better; ``accuracy``, ``success``, ``auroc``, ``f1``
+    higher (an ``auc`` of an error curve, like other names, says nothing by itself: state ``better``).
+    """
+    better = getattr(report, "better", None)
+    if better in BETTER:
+        return str(better)
+    parts = set(str(report.headline).lower().replace("-", "_").split("_"))
+    if parts & _LOWER:
+        return "lower"
+    if parts & _HIGHER:
+        return "higher"
+    return None
+
+
+ARROWS = {"higher": "↑", "lower": "↓"}
+
+
+def short_line(report: Any, width: int = 120) -> str:
+    """``<headline>=<value> ↑ (baseline <value>)``: the headline, which direction is better, and the
+    baseline's value, without the threshold (``REPORT.md`` has it in full), at most ``width`` characters."""
+    metrics = report.metrics
+    arrow = ARROWS.get(direction(report) or "", "")
+    head = f"{report.headline}={format_value(metrics[report.headline])}" + (f" {arrow}" if arrow else "")
+    if report.baseline is not None:
+        head += f" (baseline {format_value(metrics[report.baseline])})"
+    return clip(head, width)
+
+
+def clip(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters, ending in ``…`` when cut."""
+    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"

@@ -49,13 +49,13 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from icml25.kernels.report import format_value, summary_line
+from icml25.kernels.report import ARROWS, clip, direction, format_value, short_line, summary_line
 
 __all__ = [
     "FAILING",
@@ -70,7 +70,9 @@ __all__ = [
     "ledger_entry",
     "machine",
     "main",
+    "plots_hint",
     "record",
+    "run_folder",
     "run_one",
     "write_report",
 ]
@@ -78,6 +80,8 @@ __all__ = [
 GROUP = "icml25.papers"
 Experiment = Callable[..., Any]
 FAILING = ("FAIL", "UNEXPECTED-PASS", "ERROR", "INCONCLUSIVE")
+LINE_WIDTH = 120
+"""The widest line ``icml25 reproduce`` prints per paper; ``REPORT.md`` holds the full text."""
 
 
 @dataclass(frozen=True)
@@ -140,25 +144,29 @@ class Outcome:
     figures: list[Path] = field(default_factory=list)
     expectation: Expectation = Expectation()
 
-    def line(self) -> str:
+    def line(self, width: int = LINE_WIDTH) -> str:
+        """The result line (at most ``width`` characters; the known-miss reason and the other notes follow on
+        a second line, cut to the same width: ``REPORT.md`` has the thresholds, checks and reasons in full)."""
+        tail = f" {self.seconds:.1f}s"
         if self.report is None:
-            detail = f"error: {self.error.strip().splitlines()[-1] if self.error else 'unknown'}"
+            last = self.error.strip().splitlines()[-1] if self.error else "unknown"
+            line = clip(f"{self.paper} {self.status} error: {last}", width - len(tail)) + tail
         else:
-            detail = _summary(self.report)
+            head = f"{self.paper} {self.status} {short_line(self.report, width - len(self.paper) - 20)}"
             failed = _failed_checks(self.report)
             if self.status == "INCONCLUSIVE":
-                detail += f" [precondition failed: {'; '.join(self.report.failed_preconditions)}]"
+                head += f" [precondition failed: {'; '.join(self.report.failed_preconditions)}]"
             elif failed and not self.report.passed:
-                detail += f" [failed: {'; '.join(failed)}]"
-        line = f"{self.paper} {self.status} {detail} {self.seconds:.1f}s"
+                head += f" [failed: {'; '.join(failed)}]"
+            line = clip(head, width - len(tail)) + tail
         if self.status == "PASS" and self.expectation.scope != "claim":
-            line += f"\n    scope: {self.expectation.scope} ({self.expectation.scope_note})"
+            line += "\n" + clip(f"    scope: {self.expectation.scope} ({self.expectation.scope_note})", width)
         if self.status == "KNOWN-MISS":
-            line += f"\n    known miss: {self.expectation.reason}"
+            line += "\n" + clip(f"    known miss: {self.expectation.reason}", width)
         elif self.status == "INCONCLUSIVE":
-            line += "\n    inconclusive: the baseline could not show the effect at this setting; change the setting"
+            line += "\n    inconclusive: the baseline could not show the effect here; change the setting"
         elif self.status == "UNEXPECTED-PASS":
-            line += "\n    the catalog records a known miss: update the catalog (icml25/kernels/catalog.toml) and the ledger"
+            line += "\n    the catalog records a known miss: update the catalog (catalog.toml) and the ledger"
         return line
 
 
@@ -242,6 +250,8 @@ def write_report(outcomes: list[Outcome], out_dir: Path, *, quick: bool, seed: i
         "",
         f"Mode: **{mode}**, seed {seed}. {counts}.",
         "",
+        "↑ / ↓ after a headline: higher / lower is better.",
+        "",
         "| paper | result | headline | baseline | threshold | seconds |",
         "|---|---|---|---|---|---|",
     ]
@@ -251,9 +261,10 @@ def write_report(outcomes: list[Outcome], out_dir: Path, *, quick: bool, seed: i
             continue
         r = o.report
         base = "—" if r.baseline is None else f"{r.baseline}={_fmt(r.metrics[r.baseline])}"
+        arrow = ARROWS.get(direction(r) or "", "")
         lines.append(
-            f"| {o.paper} | {o.status} | {r.headline}={_fmt(r.metrics[r.headline])} | {base} "
-            f"| {r.threshold} | {o.seconds:.1f} |"
+            f"| {o.paper} | {o.status} | {r.headline}={_fmt(r.metrics[r.headline])}{' ' + arrow if arrow else ''} "
+            f"| {base} | {r.threshold} | {o.seconds:.1f} |"
         )
     misses = [o for o in outcomes if o.status == "KNOWN-MISS"]
     if misses:
@@ -291,6 +302,21 @@ def write_report(outcomes: list[Outcome], out_dir: Path, *, quick: bool, seed: i
     path = out_dir / "REPORT.md"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def run_folder(out: Path, *, quick: bool, now: dt.datetime | None = None) -> Path:
+    """A new folder for one run's ``REPORT.md`` and figures: ``<out>/<YYYYmmdd-HHMMSS>-<mode>`` (local time;
+    ``-2``, ``-3``... when that exists already), so a later run never overwrites an earlier one's report."""
+    stamp = f"{(now or dt.datetime.now()):%Y%m%d-%H%M%S}-{'quick' if quick else 'full'}"
+    out.mkdir(parents=True, exist_ok=True)
+    for n in range(1, 1000):
+        folder = out / (stamp if n == 1 else f"{stamp}-{n}")
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            continue
+        return folder
+    raise FileExistsError(f"no free run folder {stamp}-N under {out}")
 
 
 def _counts(outcomes: list[Outcome]) -> str:
@@ -463,6 +489,40 @@ def add_arguments(parser: argparse.ArgumentParser, *, results: Path = Path("resu
 DESCRIPTION = "Reproduce the installed icml25 papers at small scale."
 
 
+def _why_absent(pid: str, experiments: Mapping[str, Experiment]) -> str:
+    """Why ``--only pid`` names nothing to run: an id the catalog does not know, a paper not implemented yet,
+    or an implemented one whose package is not installed here (with the command that installs it)."""
+    from icml25.kernels import catalog
+
+    papers = {p.id: p for p in catalog.load()}
+    paper = papers.get(pid)
+    if paper is None:
+        ids = sorted(papers)
+        return f"unknown paper (the catalog lists {ids[0]} to {ids[-1]}: icml25 list)"
+    if paper.status != "implemented":
+        return f"{paper.title}: not implemented ({paper.status}; icml25 list)"
+    return (
+        f"{paper.title} is in {paper.distribution}, which is not installed here: "
+        f"pip install '{paper.distribution}[plots]' ([plots]: the figures)"
+    )
+
+
+def plots_hint(experiments: Iterable[Experiment] = ()) -> str:
+    """``pip install '<area>[plots]'`` for the areas of ``experiments`` (their ``distribution``), or plain
+    matplotlib when none is known."""
+    areas = sorted(
+        {
+            dist
+            for e in experiments
+            if (dist := getattr(e, "distribution", ("", ""))[0]).startswith("icml25-")
+            and dist != "icml25-kernels"
+        }
+    )
+    if not areas:
+        return "pip install matplotlib"
+    return "pip install " + " ".join(f"'{a}[plots]'" for a in areas)
+
+
 def main(
     argv: Sequence[str] | None = None,
     discover: Callable[[], Mapping[str, Experiment]] = discover,
@@ -498,12 +558,13 @@ def execute(
 
     experiments = dict(discover())
     if args.only:
-        missing = sorted(set(args.only) - set(experiments))
+        wanted = sorted({pid.strip().upper() for pid in args.only})
+        missing = [pid for pid in wanted if pid not in experiments]
         if missing:
-            installed = ", ".join(experiments) or "none"
-            print(f"--only: {', '.join(missing)} not installed (installed: {installed})", file=sys.stderr)
+            for pid in missing:
+                print(f"--only {pid}: {_why_absent(pid, experiments)}", file=sys.stderr)
             return 2
-        experiments = {pid: experiments[pid] for pid in sorted(set(args.only))}
+        experiments = {pid: experiments[pid] for pid in wanted}
     if not experiments:
         print("No paper is implemented in the installed icml25 packages yet: nothing to reproduce.")
         return 0
@@ -511,14 +572,12 @@ def execute(
 
     from tqdm.auto import tqdm
 
-    args.out.mkdir(parents=True, exist_ok=True)
     quick = not args.full
+    out_dir = run_folder(args.out, quick=quick)
     figures = figures_available()
     if not figures:
         print(
-            "figures off: matplotlib is not installed (the areas' [plots] extra, e.g. "
-            "pip install 'icml25-rl[plots]')",
-            file=sys.stderr,
+            f"figures off: matplotlib is not installed ({plots_hint(experiments.values())})", file=sys.stderr
         )
     outcomes: list[Outcome] = []
     bar = tqdm(experiments.items(), desc="reproduce", unit="paper", file=sys.stderr)
@@ -529,7 +588,7 @@ def execute(
             experiment,
             quick=quick,
             seed=args.seed,
-            out_dir=args.out,
+            out_dir=out_dir,
             expectation=expected.get(pid, Expectation()),
             figures=figures,
         )
@@ -542,14 +601,14 @@ def execute(
                 f"{record(outcome, experiment, args.results, seed=args.seed, note=args.note, repo=repo)}"
             )
         outcomes.append(outcome)
-    path = write_report(outcomes, args.out, quick=quick, seed=args.seed)
-    print(f"\n{_counts(outcomes)}")
+    path = write_report(outcomes, out_dir, quick=quick, seed=args.seed)
+    print(f"\n{_counts(outcomes)} (↑ / ↓: higher / lower is better)")
     for o in outcomes:
         if o.status == "KNOWN-MISS":
-            print(f"  known miss {o.paper}: {o.expectation.reason}")
+            print(clip(f"  known miss {o.paper}: {o.expectation.reason}", LINE_WIDTH))
         elif o.status == "INCONCLUSIVE":
             print(f"  INCONCLUSIVE {o.paper}: {'; '.join(o.report.failed_preconditions)}")
         elif o.status in FAILING:
             print(f"  {o.status} {o.paper}")
-    print(f"report: {path}")
+    print(f"report: {path} (thresholds, checks and reasons in full)")
     return 1 if any(o.status in FAILING for o in outcomes) else 0
