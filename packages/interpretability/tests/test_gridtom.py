@@ -255,13 +255,32 @@ def test_gridtom_lite_labels_and_formats() -> None:
 
 
 def test_training_stream_has_the_reality_bias() -> None:
-    ids, last, tgt = gridtom_training_batch(6000, torch.Generator().manual_seed(0), mix=(0, 1, 0))
+    ids, last, tgt = gridtom_training_batch(6000, torch.Generator().manual_seed(0), mix=(0, 1, 0, 0))
     fb = (ids == G._ID["leaves"]).any(1) | (ids == G._ID["closes"]).any(1)
     start = ids[:, 2]
     assert abs(fb.float().mean().item() - 0.1) < 0.015
     to_world = (tgt[fb] != start[fb]).float().mean().item()  # the world room, not the belief (start) room
     assert abs(to_world - 0.7) < 0.05
     assert torch.equal(ids[torch.arange(6000), last], torch.full((6000,), G._ID["?"]))
+
+
+def test_world_truth_statements_answer_the_oracle_label() -> None:
+    eps = generate_gridtom_lite(20, seed=3)
+    for e in eps:
+        true, false = e.world_statements
+        assert render_tokens(true).endswith(f"obj in R{e.world + 1} .")
+        assert render_tokens(false).endswith(f"obj in R{(e.belief if e.fb else e.decoy) + 1} .")
+        # the same rooms as the belief statements, in the other perspective
+        assert {s[-2] for s in e.world_statements} == {s[-2] for s in e.statements}
+    ids, last, tgt = gridtom_training_batch(4000, torch.Generator().manual_seed(1), mix=(0, 0, 0, 1))
+    assert torch.equal(ids[torch.arange(4000), last], torch.full((4000,), G._ID["."]))
+    assert (ids == G._ID["believes"]).sum() == 0
+    room = ids[torch.arange(4000), last - 1]
+    world = ids[:, 12]  # O moves R_j: the world room
+    assert torch.equal(tgt == G.YES, room == world)  # yes exactly when the room is the world room
+    assert abs((tgt == G.YES).float().mean().item() - 0.5) < 0.03
+    fb = (ids == G._ID["leaves"]).any(1) | (ids == G._ID["closes"]).any(1)
+    assert abs(fb.float().mean().item() - 0.5) < 0.03
 
 
 def test_train_gridtom_lm_reduces_the_loss() -> None:
@@ -341,3 +360,15 @@ def test_quick_reproduction_passes_and_a_misrouted_hook_fails() -> None:
     assert bm["slice_off_target"] > 0 or bm["slice_on_target_err"] > exp.SLICE_TOL  # the wrong slices moved
     assert broken.failed_checks == [exp.checks(exp.QUICK)[1].name]
     assert broken.metrics["alpha0_max_abs_diff"] == 0.0  # identity alone cannot tell
+
+
+@pytest.mark.slow
+def test_full_reproduction_misses_only_the_single_head_probes() -> None:
+    """The recorded known miss (about 13 CPU minutes): at the brief's GPT-2 4 x 4, d = 128, no single
+    pre-W_O head reaches 0.9 for the protagonist or the oracle bit; every other criterion holds."""
+    report = exp.run(quick=False, seed=0)
+    names = [c.name for c in exp.checks(exp.FULL)]
+    assert report.failed_checks == [names[2], names[3]], report.summary()
+    m = report.metrics
+    assert min(m["statement_acc_tb"], m["statement_acc_fb"], m["world_statement_acc"]) >= 0.9
+    assert m["probe_resid_chunks_protagonist"] >= 0.9  # the bit is linear in the residual stream

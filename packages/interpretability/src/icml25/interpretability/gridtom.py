@@ -120,6 +120,17 @@ class GridToMEpisode:
         pairing, so that the oracle label is the protagonist label XOR FB); in TB it names ``decoy``."""
         return self.statement(self.belief), self.statement(self.world if self.fb else self.decoy)
 
+    def world_statement(self, room: int) -> tuple[int, ...]:
+        """``prefix obj in R<room> .``: a world-truth statement (format 4; true when ``room`` is
+        :attr:`world`, the oracle perspective)."""
+        return (*self.prefix, *_tok("obj", "in"), ROOMS[room], _ID["."])
+
+    @property
+    def world_statements(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(the true world statement, the false one), naming the same rooms as :attr:`statements` in the
+        other perspective: in FB the false one names the belief room, in TB ``decoy``."""
+        return self.world_statement(self.world), self.world_statement(self.belief if self.fb else self.decoy)
+
     @property
     def protagonist_labels(self) -> tuple[int, int]:
         """1 when the statement is the protagonist's belief: ``(1, 0)`` for :attr:`statements`."""
@@ -278,7 +289,7 @@ def question_prompts(episodes: Sequence[GridToMEpisode], kind: str = "belief") -
 def gridtom_training_batch(
     batch: int,
     generator: torch.Generator,
-    mix: tuple[float, float, float] = (1.0, 1.0, 1.0),
+    mix: tuple[float, float, float, float] = (1.0, 1.0, 1.0, 1.0),
     question_fb_rate: float = 0.1,
     fb_answer_world: float = 0.7,
     triggers: Sequence[str] = TRIGGERS,
@@ -286,14 +297,16 @@ def gridtom_training_batch(
     """A training batch with a *reality bias*: ``ids [B, T]`` (right-padded with ``<pad>``), the index of
     each row's last prompt token ``[B]`` and its target token ``[B]``.
 
-    Formats are drawn with weights ``mix`` (statements, belief questions, world questions). Statements are
-    balanced (TB/FB 1:1, true/false 1:1; ``yes``/``no`` answers the protagonist label). Belief questions
+    Formats are drawn with weights ``mix`` (belief statements, belief questions, world questions,
+    world-truth statements). Statements of both kinds are balanced (TB/FB 1:1, true/false 1:1); ``yes``/``no``
+    answers the protagonist label of a belief statement (``P believes R_k .``) and the oracle label of a
+    world-truth statement (``obj in R_k .``), so both perspectives are training targets. Belief questions
     are FB with probability ``question_fb_rate`` and an FB answer is replaced by the world room with
     probability ``fb_answer_world``."""
     batch = _check_int(batch, "batch")
     w = np.asarray(mix, dtype=float)
-    if w.shape != (3,) or not np.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
-        raise ValueError(f"mix must be 3 non-negative weights with a positive sum, got {mix!r}")
+    if w.shape != (4,) or not np.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
+        raise ValueError(f"mix must be 4 non-negative weights with a positive sum, got {mix!r}")
     for name, v in (("question_fb_rate", question_fb_rate), ("fb_answer_world", fb_answer_world)):
         if not (isinstance(v, (int, float)) and 0 <= v <= 1):
             raise ValueError(f"{name} must be a probability in [0, 1], got {v!r}")
@@ -306,7 +319,7 @@ def gridtom_training_batch(
     for i in range(batch):
         start, target, decoy = (int(r) for r in rooms[i])
         f = int(fmt[i])
-        fb = bool(u[i, 0] < (0.5 if f == 0 else question_fb_rate)) if f != 2 else bool(u[i, 0] < 0.5)
+        fb = bool(u[i, 0] < (question_fb_rate if f == 1 else 0.5))
         t = trig[int(t_idx[i])] if fb else "none"
         e = GridToMEpisode(
             0,
@@ -324,8 +337,12 @@ def gridtom_training_batch(
         elif f == 1:
             seq = e.question
             y = e.world_answer if (fb and u[i, 2] < fb_answer_world) else e.answer
-        else:
+        elif f == 2:
             seq, y = e.world_question, e.world_answer
+        else:
+            true = bool(u[i, 1] < 0.5)
+            seq = e.world_statements[0 if true else 1]
+            y = YES if true else NO
         rows.append(seq)
         last.append(len(seq) - 1)
         tgt.append(y)
@@ -400,7 +417,8 @@ def train_gridtom_lm(
     **batch_kwargs: Any,
 ) -> list[float]:
     """Train ``model`` (AdamW) with the cross-entropy of each row's answer token on
-    :func:`gridtom_training_batch` streams; the first ``statement_warmup`` steps use statements only (the
+    :func:`gridtom_training_batch` streams; the first ``statement_warmup`` steps use statements only (belief
+    and world-truth statements; the
     curriculum that lets a small model learn beliefs before the biased questions). Returns the losses."""
     steps = _check_int(steps, "steps")
     _check_int(statement_warmup, "statement_warmup", lo=0)
@@ -414,7 +432,7 @@ def train_gridtom_lm(
     for step in range(steps):
         kw = dict(batch_kwargs)
         if step < statement_warmup:
-            kw["mix"] = (1.0, 0.0, 0.0)
+            kw["mix"] = (1.0, 0.0, 0.0, 1.0)
         ids, last, tgt = gridtom_training_batch(batch, g, **kw)
         loss = F.cross_entropy(last_token_logits(model, ids.to(dev), last), tgt.to(dev))
         opt.zero_grad(set_to_none=True)

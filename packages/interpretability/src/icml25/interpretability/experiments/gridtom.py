@@ -9,11 +9,12 @@ Our CPU-scale setting (:class:`Setting` gives each knob's paper value next to ou
 the GridToM videos are available offline, so an HF GPT-2 (``gridtom_gpt2``, extra ``[hf]``) is trained
 from scratch on GridToM-lite token episodes (``obj R_i ; P stays|leaves ; door open|closes ; O moves R_j``)
 with a *reality bias*: belief questions are 90 % TB and 70 % of the FB answers are replaced by the world
-room, while belief statements (``... P believes R_k .`` -> yes/no) are balanced and taught first
-(a statements-only warm-up). Probes: ``LogisticRegression(C=0.015, max_iter=400)`` per head on the
-pre-``W_O`` last-token activations of the statement prompts (true and false statement of each TB and FB
-episode), split 75/25 grouped by TB/FB pair; protagonist, oracle, 4-way (TB/FB x true/false) and
-shuffled labels. Steering: top-K heads by protagonist validation accuracy, ``alpha * sigma * theta`` on
+room, while belief statements (``... P believes R_k .`` -> yes/no, the protagonist label) and world-truth
+statements (``... obj in R_k .`` -> yes/no, the oracle label) are balanced and taught first (a
+statements-only warm-up), so that both perspectives are training targets. Probes:
+``LogisticRegression(C=0.015, max_iter=400)`` per head on the pre-``W_O`` last-token activations of the
+belief-statement prompts (true and false statement of each TB and FB episode), split 75/25 grouped by
+TB/FB pair; protagonist, oracle, 4-way (TB/FB x true/false) and shuffled labels. Steering: top-K heads by protagonist validation accuracy, ``alpha * sigma * theta`` on
 belief *questions* (statement -> question transfer), K and alpha chosen on validation question pairs by
 "Both", reported on held-out pairs, against shuffled-label probe directions and random unit directions at
 the same (K, alpha).
@@ -46,6 +47,7 @@ import torch
 from icml25.interpretability.gridtom import (
     NO,
     YES,
+    GridToMEpisode,
     HeadIntervention,
     HeadProbeResult,
     build_interventions,
@@ -87,14 +89,15 @@ class Setting:
     """One reproduction scale: model, training, probing and steering sizes and which bars apply."""
 
     n_layers: int
-    """Decoder layers (paper: LLaVA-NeXT-Video-7B / Qwen2-VL-7B, 28-32 layers; planned GPT-2 4; ours 3, quick 2:
-    CPU budget)."""
+    """Decoder layers (paper: LLaVA-NeXT-Video-7B / Qwen2-VL-7B, 28-32 layers; planned GPT-2 4; ours 4, quick 2)."""
     d_model: int
-    """Residual width (paper 3584-4096; planned 128; ours 64, quick 32: CPU budget)."""
+    """Residual width (paper 3584-4096; planned 128; ours 128, quick 32)."""
     steps: int
-    """AdamW steps (paper: pretrained, no training; planned about 5k; ours 2500, quick 120)."""
+    """AdamW steps (paper: pretrained, no training; planned about 5k; ours 5000 (about 0.14 s each on one
+    core), quick 120)."""
     statement_warmup: int
-    """Leading statements-only steps (the curriculum the planned setting asks for; ours 800, quick 40)."""
+    """Leading statements-only steps, belief and world-truth statements (the curriculum the planned setting
+    asks for; ours 1500, quick 40)."""
     n_heads: int = 4
     """Heads per layer (paper 28-32; planned 4; ours 4)."""
     batch: int = 64
@@ -115,7 +118,7 @@ class Setting:
     n_test_pairs: int = 1000
     """Held-out question pairs (paper 500 episodes; planned 1000; quick 200)."""
     ks: tuple[int, ...] = (2, 4, 8)
-    """Steered head counts (paper 14/28/56 of 784-1024 heads; planned 2/4/8 of 16; ours 2/4/8 of 12, quick 4)."""
+    """Steered head counts (paper 14/28/56 of 784-1024 heads; planned 2/4/8 of 16; ours 2/4/8 of 16, quick 4 of 8)."""
     alphas: tuple[float, ...] = (0.0, 2.0, 5.0, 10.0, 15.0)
     """Steering strengths (paper -10..10; planned 0-15; quick 0/5/10)."""
     n_random: int = 5
@@ -126,7 +129,7 @@ class Setting:
     """Gate every criterion (full) or only the quick gate."""
 
 
-FULL = Setting(n_layers=3, d_model=64, steps=2500, statement_warmup=800)
+FULL = Setting(n_layers=4, d_model=128, steps=5000, statement_warmup=1500)
 QUICK = Setting(
     n_layers=2, d_model=32, steps=120, statement_warmup=40, batch=32, n_probe_pairs=75, n_val_pairs=100,
     n_test_pairs=200, ks=(4,), alphas=(0.0, 5.0, 10.0), full_checks=False,
@@ -214,6 +217,14 @@ def statement_accuracy(model: torch.nn.Module, s: dict[str, torch.Tensor]) -> tu
     return float(ok[~fb].mean()), float(ok[fb].mean())
 
 
+@torch.no_grad()
+def world_statement_accuracy(model: torch.nn.Module, episodes: Sequence[GridToMEpisode]) -> float:
+    """yes/no accuracy (oracle label) of the model on both world-truth statements of every episode."""
+    ids = torch.tensor([st for e in episodes for st in e.world_statements])
+    lg = last_token_logits(model, ids)
+    return float(((lg[:, YES] > lg[:, NO]) == (torch.arange(len(ids)) % 2 == 0)).float().mean())
+
+
 Steer = Callable[..., Any]
 
 
@@ -283,6 +294,7 @@ def measure(setting: Setting, seed: int, steer_fn: Steer = steer) -> tuple[dict[
     test_q = question_prompts(generate_gridtom_lite(setting.n_test_pairs, seed=seed + 14))
     world_q = question_prompts(generate_gridtom_lite(setting.n_test_pairs, seed=seed + 14), kind="world")
     m["statement_acc_tb"], m["statement_acc_fb"] = statement_accuracy(model, held_stmt)
+    m["world_statement_acc"] = world_statement_accuracy(model, generate_gridtom_lite(300, seed=seed + 12))
     base = tb_fb_both(model, test_q)
     m.update({f"baseline_{k}": v for k, v in base.items()})
     m["world_acc"] = float((answers(model, world_q) == world_q["answer"]).float().mean())
