@@ -142,7 +142,7 @@ class Setting:
     """Emulator loss: mean MSE of the next ``emu_rollout`` states predicted autoregressively, gradients
     through the chain (:meth:`~icml25.generative_models.thermalizer.ResidualEmulator.fit`'s ``rollout``;
     official code: a rollout loss grown from 1 to ``max_rollout`` = 2 steps for its Kolmogorov DRN
-    emulator, 4 for others; the brief: one-step MSE; both settings: 2 steps from the start, which teaches
+    emulator, 4 for others; the paper: one-step MSE; both settings: 2 steps from the start, which teaches
     the emulator to damp the errors it makes itself; 1 gives the one-step MSE of earlier runs)."""
     conserve_mean: bool = True
     """Mean-free emulator increments and mean-free diffusion (KS conserves the spatial mean; the
