@@ -10,16 +10,19 @@ Our CPU-scale setting (:class:`Setting` gives each knob's paper value next to ou
 ``transformers.LlamaForCausalLM`` (RoPE) trained from scratch on
 :class:`~icml25.interpretability.role_separation.RoleTask` with SYS/USR delimiters: a system block of
 1-24 tokens whose op sits at system index <= 2 (proximity correlated with the role), a user block of
-6-10 content tokens with an injected op (p = 0.5); the target is the system op (``answer="op"``: the
-role decision alone; the op's action on the user content is left out to fit the CPU budget). Arms:
-(A) standard position ids, (B) PFT with d = 128, (C, recorded) augmentation with the op at system index
-0-12. Evaluation: exact-match accuracy in distribution (ID) and on the proximity probe (OOD: the op at
-system index >= 8, the injection always present; every length and distance was seen in training).
+6-10 content tokens with an injected op (p = 0.5); the target is the system op applied to the user
+content (``answer="sequence"``: the model must find the instruction and carry it out, the injected op
+ignored). Arms: (A) standard position ids, (B) PFT with d = 128, (C, recorded) augmentation with the op
+at system index 0-12. Evaluation: exact-match accuracy of the whole answer in distribution (ID) and on
+the proximity probe (OOD: the op at system index >= 8, the injection always present; every length and
+distance was seen in training).
 
 Pass rule (:func:`checks`, the thresholds fixed before the runs): ID >= 0.85 for (A) and (B); (B) OOD
 >= 0.8; (B) OOD >= (A) OOD + 0.10; (B) ID - OOD <= 0.05; and the PFT ids of the collator and of the
 decode loop agree (jump of exactly 1 + d at the system/user boundary, new tokens at last + 1, ...).
-Full: the means over 3 seeds; quick: 1 seed, a smaller model and fewer steps.
+Full: the brief's setting (hidden 128, 3 layers, 1,200 AdamW steps at lr 1e-3, batch 64), the means over
+3 seeds. Quick: the same rule on 1 seed of a smaller model trained for 80 steps on the role decision alone
+(``answer="op"``: the target is the system op token; the full answer cannot be learned in 80 steps).
 
 Run: ``python -m icml25.interpretability.experiments.role_separation [--full] [--seed N] [--out DIR]``.
 """
@@ -27,6 +30,7 @@ Run: ``python -m icml25.interpretability.experiments.role_separation [--full] [-
 from __future__ import annotations
 
 import functools
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -61,6 +65,7 @@ CLAIM = (
     "in the position ids between the system block and the rest) generalises when the instruction moves "
     "away from BOS and keeps in-distribution accuracy."
 )
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -68,29 +73,39 @@ class Setting:
     """One reproduction scale: model, training budget, task and seeds."""
 
     hidden: int
-    """Hidden size (paper: Llama-3 / Gemma instruct models, unverified; planned 128; ours 64, quick 32)."""
+    """Hidden size (paper: Llama-3 / Gemma instruct models, unverified; brief 128, as full; quick 32)."""
     n_layers: int
-    """Decoder layers (planned 3; ours 2)."""
+    """Decoder layers (brief 3, as full; quick 2)."""
     steps: int
-    """AdamW steps per arm (planned 1,200 at batch 64; ours 300, quick 80, at batch 32: CPU budget)."""
+    """AdamW steps per arm (brief §11: 1,200, as full; quick 80)."""
     n_seeds: int
-    """Seeds averaged (planned 3; ours 3, quick 1)."""
+    """Seeds averaged (brief 3, as full; quick 1)."""
     gap: int = 128
-    """PFT gap d (paper: unverified; planned 128, as here)."""
-    batch_size: int = 32
-    """Conversations per step (planned 64; ours 32)."""
-    lr: float = 3e-3
-    """AdamW learning rate (planned 1e-3; ours 3e-3: fewer steps)."""
+    """PFT gap d (paper: unverified; brief 128, as here)."""
+    batch_size: int = 64
+    """Conversations per step (brief 64, as full; quick 32)."""
+    lr: float = 1e-3
+    """AdamW learning rate (brief 1e-3, as full; quick 3e-3: few steps)."""
     n_eval: int = 512
-    """Evaluation conversations per split (ours 512, quick 128)."""
-    answer: str = "op"
-    """RoleTask answer (planned: the op applied to the user content; ours: the system op, see the docstring)."""
+    """Evaluation conversations per split (full 512, quick 128)."""
+    answer: str = "sequence"
+    """RoleTask answer (brief and full: the system op applied to the user content; quick: the op token)."""
     augment_arm: bool = True
     """Train and record (C) augmentation with op positions 0-12 (full; quick skips it)."""
 
 
-FULL = Setting(hidden=64, n_layers=2, steps=300, n_seeds=3)
-QUICK = Setting(hidden=32, n_layers=2, steps=80, n_seeds=1, n_eval=128, augment_arm=False)
+FULL = Setting(hidden=128, n_layers=3, steps=1200, n_seeds=3)
+QUICK = Setting(
+    hidden=32,
+    n_layers=2,
+    steps=80,
+    n_seeds=1,
+    batch_size=32,
+    lr=3e-3,
+    n_eval=128,
+    answer="op",
+    augment_arm=False,
+)
 
 MIN_ID = 0.85
 MIN_PFT_OOD = 0.80
@@ -174,6 +189,7 @@ def evaluate(
             model, losses = train_arm(setting, train_task, g, s)
             splits = ("id", "proximity", "task_type") if setting.augment_arm else ("id", "proximity")
             per[name].append(shortcut_suite(model, task, g, n=setting.n_eval, seed=s + 2000, splits=splits))
+            logger.info("P44 seed %d arm %s: %s, final loss %.4g", s, name, per[name][-1], losses[-1])
             if s == seed:
                 curves[name] = losses
                 probe_batch = task.batch(64, g, seed=s + 3000)
