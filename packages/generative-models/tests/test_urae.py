@@ -336,6 +336,22 @@ def test_broken_variant_fails_quick_gate() -> None:
     assert not report.passed
 
 
+def test_full_threshold_gates_part_b_sanity_checks() -> None:
+    text = exp.threshold(False)
+    assert "every adapted model" in text and "clean-data training" in text
+    assert "part B" not in exp.threshold(True)
+
+
+@pytest.mark.slow
+def test_full_run_passes_every_check() -> None:
+    """The recorded expectation of the full run (part A 3 seeds, part B 5 seeds at 600 steps; about 21 min on
+    one loaded core): all five checks hold, and every adapted model beats the unadapted one."""
+    report = exp.run(quick=False, seed=0)
+    assert report.passed, report.checks
+    assert len(report.checks) == 5
+    assert report.metrics["b_adapted_beat_unadapted"] == 1.0
+
+
 def test_part_b_mmd_matches_brute_force_and_conv_flow_is_resolution_free() -> None:
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(5, 1, 2, 2, generator=g), torch.randn(4, 1, 2, 2, generator=g) + 1
