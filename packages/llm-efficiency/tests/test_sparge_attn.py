@@ -33,7 +33,7 @@ def test_quick_reproduction_passes():
     assert m["baseline_random_l1"] >= 2.5 * m["l1"] and report.baseline == "baseline_random_l1"
     assert m["l1"] <= 2 * m["oracle_l1"] + 0.01
     # The tuner's budget holds on held-out inputs it was not tuned on.
-    assert m["tuned_heldout_l1_max"] <= m["tuner_budget_pv_l1"] == 0.08
+    assert m["tuned_heldout_l1_max"] <= m["tuner_budget_pv_l1"] == 0.07  # l1 = 0.07 bounds the total error
 
 
 def _shuffled_sparge_mask(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:

@@ -6,17 +6,19 @@ locality of image/video tokens (our CPU-scale setting): per head, 16 cluster cen
 the cluster id is piecewise constant along the sequence with segment lengths ``U[128, 512)``;
 ``q, k = c + 0.35·noise``, ``v = c·W + 0.5·noise`` with ``W ~ N(0, 1/64)``; softmax scale ``1/√d``.
 
-Measured (mean over 3 seeds, reference path, INT8 Q/K, λ = 20):
+Measured (mean over 3 seeds, the PyTorch path, INT8 Q/K, λ = 20):
 
 * SpargeAttn (τ = 0.95, θ = 0.5): stage-1 sparsity and relative L1 vs dense attention;
 * baseline 1: a random block mask with the same number of blocks per Q-block row;
 * baseline 2: the oracle mask of the same size (the blocks of largest true attention mass);
 * the tuner on diffuse attention (q, k × 0.7): it is tuned on calibration inputs of one head (fixed
   centres and ``W``; fresh segment layout and noise per input) and its chosen parameters are scored on
-  *held-out* inputs of the same head, which it never saw, against its ``pv_l1`` budget.
+  *held-out* inputs of the same head, which it never saw, against l1 = 0.07: the tuner runs with the
+  official CogVideoX budgets (0.06 for the τ search, 0.07 total for the λ search), so 0.07 bounds its
+  total error (the official defaults 0.07 / 0.08 let the λ stage spend up to 0.08).
 
 Pass (named checks, :attr:`Report.checks`): sparsity ≥ 0.5, L1(Sparge) ≤ 0.04, L1(random) ≥ 2.5·L1(Sparge),
-L1(Sparge) ≤ 2·L1(oracle) + 0.01, and the tuned error on every held-out input ≤ the tuner's budget.
+L1(Sparge) ≤ 2·L1(oracle) + 0.01, and the tuned error on every held-out input ≤ l1 = 0.07.
 ``run(mask_predictor=...)`` swaps the stage-1 predictor (the tests pass a broken one, which must fail).
 """
 
@@ -80,10 +82,11 @@ class Setting:
     """Query block size (paper and official kernel: 128)."""
     block_k: int = 64
     """Key block size (paper and official kernel: 64)."""
-    tuner_l1: float = 0.07
-    """The tuner's stage-1 error budget (official default 0.07)."""
-    tuner_pv_l1: float = 0.08
-    """The tuner's total error budget, checked on the held-out inputs (official default 0.08)."""
+    tuner_l1: float = 0.06
+    """The tuner's stage-1 (τ search) error budget (official CogVideoX budgets 0.06 / 0.07; defaults 0.07 / 0.08)."""
+    tuner_pv_l1: float = 0.07
+    """The tuner's total (λ search) error budget: the l1 = 0.07 its choice must not exceed on the held-out
+    inputs (with the official defaults 0.07 / 0.08 the λ stage may spend up to 0.08 by design)."""
 
 
 QUICK = Setting(length=1024, heads=1, n_calibration=2, n_held_out=3, fast_tuner=True)
@@ -99,7 +102,7 @@ def checks(setting: Setting) -> list[Check]:
         Check("L1(random same-size mask) >= 2.5x L1", lambda m: m["baseline_random_l1"] >= 2.5 * m["l1"]),
         Check("L1 <= 2x L1(oracle same-size mask) + 0.01", lambda m: m["l1"] <= 2 * m["oracle_l1"] + 0.01),
         Check(
-            f"tuned L1 <= pv_l1 budget ({budget:g}) on each of {setting.n_held_out} held-out diffuse inputs "
+            f"tuned L1 <= l1 ({budget:g}) on each of {setting.n_held_out} held-out diffuse inputs "
             f"(tuned on {setting.n_calibration} others)",
             lambda m: m["tuned_heldout_l1_max"] <= budget,
         ),
@@ -281,7 +284,7 @@ def run(
             f"Sparsity and L1s are means over {s.n_seeds} seeds. "
             f"Synthetic clustered attention, B=1, H={s.heads}, L={s.length}, d={s.dim}, blocks "
             f"{s.block_q}/{s.block_k}, τ={s.tau}, θ={s.theta}, λ={s.lam}, INT8 Q/K with K smoothing, "
-            "reference (PyTorch) path. "
+            "PyTorch path (backend='reference': batched stage 2). "
             "Random/oracle masks keep the same number of blocks per Q-block row as SpargeAttn's mask. "
             f"Tuner: {s.n_calibration} calibration and {s.n_held_out} held-out diffuse inputs (q, k x 0.7) of "
             "one head (same centres and W; new segment layout and noise); the budget is checked on the "
