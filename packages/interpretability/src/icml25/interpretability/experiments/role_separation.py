@@ -20,7 +20,7 @@ distance was seen in training).
 Pass rule (:func:`checks`, the thresholds fixed before the runs): ID >= 0.85 for (A) and (B); (B) OOD
 >= 0.8; (B) OOD >= (A) OOD + 0.10; (B) ID - OOD <= 0.05; and the PFT ids of the collator and of the
 decode loop agree (jump of exactly 1 + d at the system/user boundary, new tokens at last + 1, ...).
-Full: the brief's setting (hidden 128, 3 layers, 1,200 AdamW steps at lr 1e-3, batch 64), the means over
+Full: the planned setting (hidden 128, 3 layers, 1,200 AdamW steps at lr 1e-3, batch 64), the means over
 3 seeds. Quick: the same rule on 1 seed of a smaller model trained for 80 steps on the role decision alone
 (``answer="op"``: the target is the system op token; the full answer cannot be learned in 80 steps).
 
@@ -73,23 +73,23 @@ class Setting:
     """One reproduction scale: model, training budget, task and seeds."""
 
     hidden: int
-    """Hidden size (paper: Llama-3 / Gemma instruct models, unverified; brief 128, as full; quick 32)."""
+    """Hidden size (paper: Llama-3 / Gemma instruct models, unverified; planned 128, as full; quick 32)."""
     n_layers: int
-    """Decoder layers (brief 3, as full; quick 2)."""
+    """Decoder layers (planned 3, as full; quick 2)."""
     steps: int
-    """AdamW steps per arm (brief §11: 1,200, as full; quick 80)."""
+    """AdamW steps per arm (planned: 1,200, as full; quick 80)."""
     n_seeds: int
-    """Seeds averaged (brief 3, as full; quick 1)."""
+    """Seeds averaged (planned 3, as full; quick 1)."""
     gap: int = 128
-    """PFT gap d (paper: unverified; brief 128, as here)."""
+    """PFT gap d (paper: unverified; planned 128, as here)."""
     batch_size: int = 64
-    """Conversations per step (brief 64, as full; quick 32)."""
+    """Conversations per step (planned 64, as full; quick 32)."""
     lr: float = 1e-3
-    """AdamW learning rate (brief 1e-3, as full; quick 3e-3: few steps)."""
+    """AdamW learning rate (planned 1e-3, as full; quick 3e-3: few steps)."""
     n_eval: int = 512
     """Evaluation conversations per split (full 512, quick 128)."""
     answer: str = "sequence"
-    """RoleTask answer (brief and full: the system op applied to the user content; quick: the op token)."""
+    """RoleTask answer (planned and full: the system op applied to the user content; quick: the op token)."""
     augment_arm: bool = True
     """Train and record (C) augmentation with op positions 0-12 (full; quick skips it)."""
 
