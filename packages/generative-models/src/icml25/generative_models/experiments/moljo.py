@@ -90,7 +90,7 @@ class Setting:
     sweep_samples: int
     """Samples per (arm, weight) in the sweep."""
     w: float
-    """Guidance weight when there is no sweep (paper 50; quick: 50, the full run's sweep choice for (b))."""
+    """Guidance weight when there is no sweep (paper 50; quick: 50, the official default; the full sweep peaks higher)."""
     sweep_max: float = 3200.0
     """Largest weight the sweep extends to while an arm's best weight is the largest tried (issue 80: at
     {1, 5, 20, 50} every arm peaked at 50 and the coordinate-only arm was still rising)."""
