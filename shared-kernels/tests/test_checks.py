@@ -127,14 +127,27 @@ def test_check_same_length_names_every_argument_and_its_length() -> None:
     assert check_same_length({"a": torch.zeros(2, 5), "b": np.zeros((3, 5))}, axis=1) == 5
 
 
-def test_check_fitted_raises_sklearns_not_fitted_error() -> None:
-    from sklearn.exceptions import NotFittedError
+def test_check_fitted_raises_sklearns_not_fitted_error_or_the_same_two_bases_without_sklearn() -> None:
+    """icml25-kernels does not depend on scikit-learn: with it, the error is its ``NotFittedError``; without
+    it, a stand-in with the same bases (``ValueError`` and ``AttributeError``)."""
+    import importlib.util
+
+    from icml25.kernels import checks
+
+    error = checks._not_fitted_error()
+    assert issubclass(error, ValueError) and issubclass(error, AttributeError)
+    if importlib.util.find_spec("sklearn") is not None:
+        from sklearn.exceptions import NotFittedError
+
+        assert error is NotFittedError
+    else:
+        assert error is checks._NotFittedError
 
     class Probe:
         pass
 
     probe = Probe()
-    with pytest.raises(NotFittedError, match=r"This Probe instance is not fitted yet \(no coef_, classes_\)"):
+    with pytest.raises(error, match=r"This Probe instance is not fitted yet \(no coef_, classes_\)"):
         check_fitted(probe, ("coef_", "classes_"))
     probe.coef_, probe.classes_ = 1, 2  # type: ignore[attr-defined]
     check_fitted(probe, ("coef_", "classes_"))
