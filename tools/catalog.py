@@ -371,14 +371,18 @@ def miss_reason_numbers_off_ledger(p: Paper, entry: dict) -> list[str]:
     wording (a threshold), or listed in ``p.off_ledger_numbers`` (quoted from the paper or another run).
     """
     values = [float(v) for v in entry.get("metrics", {}).values() if isinstance(v, (int, float))]
-    direct = [w for v in values for w in (v, abs(v), 100 * v)]
+
+    def forms(v: float) -> tuple[float, float, float]:  # as a reason may write a metric
+        return v, abs(v), 100 * v
+
+    direct = [w for v in values for w in forms(v)]
     rule = {_decimal(t)[0] for t in _DECIMAL.findall(" ".join(entry.get("checks", {})))}
     tokens = [(t, *_decimal(t)) for t in _DECIMAL.findall(p.miss_reason)]
 
     def near(x: float, tol: float, candidates: list[float]) -> bool:
         return any(abs(c - x) <= tol for c in candidates)
 
-    quoted = [v for v in values if any(near(x, tol, [v, abs(v), 100 * v]) for _, x, tol in tokens)]
+    quoted = [v for v in values if any(near(x, tol, list(forms(v))) for _, x, tol in tokens)]
     derived = [a - b for a in quoted for b in quoted] + [a / b for a in quoted for b in quoted if b]
     return [
         t

@@ -157,6 +157,20 @@ def _dtype_family(dtype: torch.dtype | np.dtype) -> str:
     return {"b": "bool", "i": "int", "u": "int", "f": "float", "c": "complex"}.get(kind, kind)
 
 
+def _check_dtype(
+    have: torch.dtype | np.dtype, want: str | Sequence[str] | None, name: str, noun: str, what: str
+) -> None:
+    """Raise unless ``have``'s family is one of ``want`` (a family name or several; ``None``: any)."""
+    if want is None:
+        return
+    families = (want,) if isinstance(want, str) else tuple(want)
+    unknown = set(families) - set(_DTYPE_FAMILIES)
+    if unknown:
+        raise ValueError(f"dtype must name families among {_DTYPE_FAMILIES}, got {sorted(unknown)}")
+    if _dtype_family(have) not in families:
+        raise TypeError(f"{name} must be a {' or '.join(families)} {noun}, got {what}")
+
+
 def check_tensor(
     value: object,
     name: str,
@@ -187,29 +201,20 @@ def check_tensor(
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {_describe(value)}")
     what = _describe(value)
-    if dtype is not None:
-        families = (dtype,) if isinstance(dtype, str) else tuple(dtype)
-        unknown = set(families) - set(_DTYPE_FAMILIES)
-        if unknown:
-            raise ValueError(f"dtype must name families among {_DTYPE_FAMILIES}, got {sorted(unknown)}")
-        if _dtype_family(value.dtype) not in families:
-            raise TypeError(f"{name} must be a {' or '.join(families)} tensor, got {what}")
+    _check_dtype(value.dtype, dtype, name, "tensor", what)
     _check_shape(tuple(value.shape), shape, ndim, name, what)
     if device is not None and value.device != torch.device(device):
         raise ValueError(f"{name} must be on device {torch.device(device)}, got one on {value.device}")
     if non_empty and value.numel() == 0:
         raise ValueError(f"{name} must not be empty, got {what}")
-    if value.numel() and (value.is_floating_point() or value.is_complex()):
-        if finite and not bool(torch.isfinite(value).all()):
-            raise ValueError(f"{name} must be finite (no NaN or inf), got {what} with non-finite entries")
-        if max_abs is not None and float(value.detach().abs().max()) > max_abs:
-            raise ValueError(
-                f"{name} must have entries of magnitude <= {max_abs:g}, got max {float(value.abs().max()):g}"
-            )
-    elif value.numel() and max_abs is not None and float(value.detach().abs().max()) > max_abs:
-        raise ValueError(
-            f"{name} must have entries of magnitude <= {max_abs:g}, got max {float(value.abs().max()):g}"
-        )
+    if not value.numel():
+        return value
+    if finite and (value.is_floating_point() or value.is_complex()) and not bool(torch.isfinite(value).all()):
+        raise ValueError(f"{name} must be finite (no NaN or inf), got {what} with non-finite entries")
+    if max_abs is not None:
+        peak = float(value.detach().abs().max())
+        if peak > max_abs:
+            raise ValueError(f"{name} must have entries of magnitude <= {max_abs:g}, got max {peak:g}")
     return value
 
 
@@ -241,10 +246,7 @@ def check_array(
     what = _describe(arr)
     if arr.dtype.kind in "OSUV":
         raise TypeError(f"{name} must be a numeric array, got {what}")
-    if dtype is not None:
-        families = (dtype,) if isinstance(dtype, str) else tuple(dtype)
-        if _dtype_family(arr.dtype) not in families:
-            raise TypeError(f"{name} must be a {' or '.join(families)} array, got {what}")
+    _check_dtype(arr.dtype, dtype, name, "array", what)
     _check_shape(arr.shape, shape, ndim, name, what)
     if non_empty and arr.size == 0:
         raise ValueError(f"{name} must not be empty, got {what}")
