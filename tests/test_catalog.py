@@ -28,7 +28,7 @@ def test_catalog_lists_all_55_papers_with_p47_out_of_scope() -> None:
 def scratch_repo(tmp_path: Path) -> Path:
     """A copy of what catalog.check reads, to break on purpose."""
     for rel in ["README.md", catalog.CATALOG_PATH] + [
-        f"{d}/pyproject.toml" for d in catalog.PACKAGE_DIRS.values()
+        f"{d}/{name}" for d in catalog.PACKAGE_DIRS.values() for name in ("pyproject.toml", "README.md")
     ]:
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / rel, tmp_path / rel)

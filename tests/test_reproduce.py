@@ -435,3 +435,14 @@ def test_without_matplotlib_the_hint_names_the_areas_being_run(
     assert _main(["--out", str(tmp_path)], {"P93": experiment}) == 0
     err = capsys.readouterr().err
     assert "pip install 'icml25-causal-discovery[plots]'" in err and "icml25-rl" not in err
+
+
+def test_the_report_shows_each_papers_deviations_from_its_official_code(tmp_path: Path) -> None:
+    """REPORT.md carries the paper's list from the shipped deviations.toml, as its package README does."""
+    from icml25.kernels import catalog as shipped
+
+    assert _main(["--out", str(tmp_path)], {"P05": _passing}) == 0
+    report = _report(tmp_path)
+    review = shipped.load_deviations()["P05"]
+    assert review.deviations and review.markdown() in report
+    assert "**Low-level policy.**" in report

@@ -13,10 +13,16 @@ module it imports), i.e. the code changed after the run was recorded: re-record 
 ``full_run_pending`` with the reason. ``ledger_problems`` also compares each entry's threshold with the one
 the experiment states now (``threshold(quick=False)``), so a changed threshold forces a re-run.
 
+Each implemented paper's deviations from its official code (``deviations.toml`` next to the catalog, read by
+:func:`icml25.kernels.catalog.load_deviations`) are rendered into its section of the package README, between
+the markers of :func:`icml25.kernels.catalog.deviations_block`; ``check`` fails when an implemented paper has no
+``[[review]]`` entry, when a block is missing, misplaced or differs from the data.
+
 Usage::
 
     python tools/catalog.py                 # check; exit 1 and list the problems on disagreement
     python tools/catalog.py --write-readme  # regenerate the table in README.md from the catalog
+    python tools/catalog.py --write-deviations  # regenerate the deviation lists in the package READMEs
     python tools/catalog.py --backfill-source-hashes   # entries recorded before source hashes existed
 """
 
@@ -45,6 +51,7 @@ else:  # Python 3.10: the same parser from PyPI (nox and icml25-kernels depend o
 ROOT = Path(__file__).resolve().parent.parent
 CATALOG_PATH = "shared-kernels/src/icml25/kernels/catalog.toml"  # relative to the repository root
 CATALOG = ROOT / CATALOG_PATH
+DEVIATIONS_PATH = "shared-kernels/src/icml25/kernels/deviations.toml"  # relative to the repository root
 README = ROOT / "README.md"
 RESULTS = ROOT / "results"
 TABLE_START = (
@@ -53,7 +60,19 @@ TABLE_START = (
 )
 TABLE_END = "<!-- papers:end -->"
 PACKAGE_DIRS = {name: m.folder for name, m in workspace.members(ROOT).items() if name != "kernels"}
-__all__ = ["EXPECTS", "MODES", "STATUSES", "Paper", "check", "ledger_problems", "load", "write_readme"]
+__all__ = [
+    "EXPECTS",
+    "MODES",
+    "STATUSES",
+    "Paper",
+    "check",
+    "deviation_problems",
+    "ledger_problems",
+    "load",
+    "load_deviations",
+    "write_deviations",
+    "write_readme",
+]
 
 
 def load(path: Path = CATALOG) -> list[Paper]:
@@ -63,6 +82,141 @@ def load(path: Path = CATALOG) -> list[Paper]:
     must also be one of the uv workspace's areas.
     """
     return _catalog.load(path, packages=PACKAGE_DIRS)
+
+
+def load_deviations(
+    path: Path | None = None, papers: list[Paper] | None = None
+) -> dict[str, _catalog.Review]:
+    """``{paper id: Review}`` from ``deviations.toml``, validated against the catalog's implemented papers."""
+    papers = load() if papers is None else papers
+    implemented = [p.id for p in papers if p.status == "implemented"]
+    return _catalog.load_deviations(path or ROOT / DEVIATIONS_PATH, papers=implemented)
+
+
+def package_readme(root: Path, p: Paper) -> Path:
+    """The README of the package that implements ``p``."""
+    return root / PACKAGE_DIRS[p.package] / "README.md"
+
+
+def _section_head(text: str, pid: str) -> re.Match[str] | None:
+    """The paper's heading in its package README: the level-3 heading that names its id (``### P05 — ...``,
+    ``### AQUA-KV: ... (P36, ...)``)."""
+    return re.search(rf"^### .*\b{pid}\b.*$", text, flags=re.MULTILINE)
+
+
+def _section_end(text: str, pid: str) -> int | None:
+    """Where paper ``pid``'s section of a package README ends (the next heading of level 2 or 3, or the end);
+    None when the README has no heading for it (:func:`_section_head`)."""
+    head = _section_head(text, pid)
+    if head is None:
+        return None
+    following = re.compile(r"^#{2,3} ", flags=re.MULTILINE)
+    pos = head.end()
+    in_code = False
+    for line in re.finditer(r"^.*$", text[pos:], flags=re.MULTILINE):
+        if line.group().startswith("```"):
+            in_code = not in_code
+        elif not in_code and following.match(line.group()):
+            return pos + line.start()
+    return len(text)
+
+
+def _blocks(text: str, pid: str) -> list[tuple[int, int]]:
+    start, end = _catalog.deviations_block(pid)
+    found, pos = [], 0
+    while (i := text.find(start, pos)) >= 0:
+        j = text.find(end, i)
+        if j < 0:
+            found.append((i, -1))
+            break
+        found.append((i, j + len(end)))
+        pos = j + len(end)
+    return found
+
+
+def render_block(review: _catalog.Review) -> str:
+    start, end = _catalog.deviations_block(review.paper)
+    return f"{start}\n{review.markdown()}\n{end}"
+
+
+def write_deviations(root: Path = ROOT, papers: list[Paper] | None = None) -> list[Path]:
+    """Write (or refresh) each implemented paper's deviation list at the end of its package README section.
+
+    Returns the READMEs that changed. Raises ValueError when a paper's section (``### <id> — ...``) is missing.
+    """
+    papers = load(root / CATALOG_PATH) if papers is None else papers
+    reviews = load_deviations(root / DEVIATIONS_PATH, papers)
+    changed: dict[Path, str] = {}
+    for p in papers:
+        if p.id not in reviews:
+            continue
+        path = package_readme(root, p)
+        text = changed.get(path, path.read_text())
+        for i, j in reversed(_blocks(text, p.id)):  # drop the old block (and the blank line before it)
+            if j < 0:
+                raise ValueError(f"{path}: the deviation block of {p.id} has no end marker")
+            i = i - 1 if text[i - 1 : i] == "\n" else i
+            text = text[:i] + text[j:]
+        end = _section_end(text, p.id)
+        if end is None:
+            raise ValueError(f"{path}: no '### ... {p.id} ...' heading to put its deviation list under")
+        body = text[:end].rstrip("\n")
+        text = body + "\n\n" + render_block(reviews[p.id]) + "\n\n" + text[end:].lstrip("\n")
+        changed[path] = text
+    written = []
+    for path, text in changed.items():
+        if path.read_text() != text:
+            path.write_text(text)
+            written.append(path)
+    return written
+
+
+def deviation_problems(root: Path = ROOT, papers: list[Paper] | None = None) -> list[str]:
+    """Every implemented paper without a deviation review, and every package README block that is missing,
+    outside the paper's section or differs from ``deviations.toml``."""
+    papers = load(root / CATALOG_PATH) if papers is None else papers
+    try:
+        reviews = load_deviations(root / DEVIATIONS_PATH, papers)
+    except (OSError, ValueError) as err:
+        return [f"{DEVIATIONS_PATH}: {err}"]
+    problems = []
+    regenerate = "(python tools/catalog.py --write-deviations)"
+    readmes: dict[Path, str] = {}
+    for p in papers:
+        if p.package not in PACKAGE_DIRS:
+            continue
+        path = package_readme(root, p)
+        if path not in readmes:
+            readmes[path] = path.read_text() if path.exists() else ""
+        text = readmes[path]
+        blocks = _blocks(text, p.id)
+        if p.status != "implemented":
+            if blocks:
+                problems.append(
+                    f"{path.relative_to(root)}: a deviation list for {p.id}, which is not implemented"
+                )
+            continue
+        review = reviews.get(p.id)
+        if review is None:
+            problems.append(
+                f"{p.id}: no [[review]] in {DEVIATIONS_PATH} (list its deviations from the official code, or "
+                "add reviewed = false until the official code is read)"
+            )
+            continue
+        rel = path.relative_to(root)
+        if len(blocks) != 1 or blocks[0][1] < 0:
+            problems.append(f"{rel}: {len(blocks)} deviation blocks for {p.id}, expected 1 {regenerate}")
+            continue
+        i, j = blocks[0]
+        head = _section_head(text, p.id)
+        end = _section_end(text, p.id)
+        if head is None or end is None or not head.start() < i < end:
+            problems.append(
+                f"{rel}: the deviation block of {p.id} is not in its section (under the '### ... {p.id} ...' heading) {regenerate}"
+            )
+        elif text[i:j] != render_block(review):
+            problems.append(f"{rel}: the deviation list of {p.id} is out of date {regenerate}")
+    return problems
 
 
 def load_ledger(results: Path = RESULTS) -> dict[str, dict]:
@@ -269,6 +423,7 @@ def check(root: Path = ROOT, catalog: Path | None = None, readme: Path | None = 
         problems.append("README.md: the generated paper table block is missing")
     elif table != render_table(papers, ledger):
         problems.append("README.md: the paper table is out of date (python tools/catalog.py --write-readme)")
+    problems += deviation_problems(root, papers)
     problems += _ledger_catalog_problems(papers, ledger)
     problems += _ledger_source_problems(papers, ledger, root)
     problems += _miss_reason_problems(papers, ledger)
@@ -452,7 +607,15 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="hash the entries recorded before source hashes, where the code is unchanged since",
     )
+    parser.add_argument(
+        "--write-deviations",
+        action="store_true",
+        help="regenerate each implemented paper's deviation list in its package README first",
+    )
     args = parser.parse_args(argv)
+    if args.write_deviations:
+        for path in write_deviations():
+            print(f"wrote {path.relative_to(ROOT)}")
     if args.backfill_source_hashes:
         for line in backfill_source_hashes():
             print(f"stale, re-record: {line}", file=sys.stderr)

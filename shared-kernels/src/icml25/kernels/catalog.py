@@ -10,6 +10,11 @@ paper's headline claim against its baseline), ``mechanism`` (the method's mechan
 outcome is only reported) or ``partial`` (part of the paper is not built), with a one-line ``scope_note``
 where it is not ``claim``. The repository's ``tools/catalog.py`` checks it against the packages, the README
 and the results ledger.
+
+``deviations.toml`` (package data too) lists, per implemented paper, how the implementation differs from the
+paper's official code (:class:`Review`, :class:`Deviation`, :func:`load_deviations`). It is data, not code, so
+adding an entry stales no ledger entry; ``tools/catalog.py --write-deviations`` renders each paper's list into
+its package README and ``icml25 reproduce`` into ``REPORT.md``.
 """
 
 from __future__ import annotations
@@ -26,7 +31,21 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10: the same parser, from PyPI
     import tomli as tomllib
 
-__all__ = ["EXPECTS", "MODES", "SCOPES", "STATUSES", "Paper", "load", "load_text"]
+__all__ = [
+    "EFFECTS",
+    "EXPECTS",
+    "MODES",
+    "SCOPES",
+    "STATUSES",
+    "Deviation",
+    "Paper",
+    "Review",
+    "deviations_block",
+    "load",
+    "load_deviations",
+    "load_deviations_text",
+    "load_text",
+]
 
 STATUSES = ("implemented", "planned", "out-of-scope")
 EXPECTS = ("pass", "miss")
@@ -180,3 +199,173 @@ def _validate(p: Paper, packages: Collection[str] | None) -> None:
         raise ValueError(f"{p.id}: off_ledger_numbers must be quoted in miss_reason, {unquoted} are not")
     if not p.miss_in or set(p.miss_in) - set(MODES):
         raise ValueError(f"{p.id}: miss_in must be a non-empty subset of {MODES}, got {list(p.miss_in)}")
+
+
+# --- deviations from the official code (deviations.toml) ------------------------------------------------------
+
+EFFECTS = ("measured", "expected", "none")
+"""How a deviation's effect on the reported numbers is known: measured, expected (not measured) or none."""
+_REPOSITORY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9_./-]+)?")
+
+
+@dataclass(frozen=True)
+class Deviation:
+    """One way an implementation differs from the official code (or, where there is none, from the paper)."""
+
+    paper: str
+    what: str
+    """The topic, in a few words (``Low-level policy``)."""
+    official: str
+    """What the official code (or the paper) does."""
+    where: str
+    """Where it does it: ``file:line`` in the official repository, or the paper's section."""
+    ours: str
+    """What this implementation does."""
+    why: str
+    """Why it differs (the CPU budget, a bug in the official code, an alignment still to do ...)."""
+    effect: str
+    """``measured``, ``expected`` (not measured) or ``none`` (no effect on the reported numbers)."""
+    impact: str
+    """The measured difference, the expected one, or why there is none."""
+
+    def markdown(self) -> str:
+        """One list item: what, official (where), ours, why, effect."""
+        return (
+            f"- **{_sentence(self.what)}** Official ({self.where}): {_sentence(self.official)} "
+            f"Ours: {_sentence(self.ours)} Why: {_sentence(self.why)} "
+            f"Effect ({self.effect}): {_sentence(self.impact)}"
+        )
+
+
+@dataclass(frozen=True)
+class Review:
+    """How far a paper's implementation was compared with its official code, and the deviations found."""
+
+    paper: str
+    repository: str
+    """``owner/name`` of the official repository on GitHub (a sub-folder may follow), or ``none`` when no
+    official code is public (the deviations are then from the paper)."""
+    reviewed: bool
+    """Whether the official code (the paper, where there is none) was compared with this implementation, so
+    the deviations are the complete list for what ``read`` names: an empty list of a reviewed paper is a
+    claim. ``False``: the comparison is still to do; the entries so far come from the paper and
+    the experiment's ``Setting``."""
+    read: str = ""
+    """What was compared (official files, the paper's sections); required when ``reviewed``."""
+    note: str = ""
+    """Anything a reader needs besides the list (what could not be read, where the list stops)."""
+    deviations: tuple[Deviation, ...] = ()
+
+    def markdown(self) -> str:
+        """The list as the package README and ``REPORT.md`` show it."""
+        if self.repository == "none":
+            title, source, reference = "Deviations from the paper", "no official code is public", "the paper"
+        else:
+            owner, name, *folder = self.repository.split("/")
+            url = f"https://github.com/{owner}/{name}" + (f"/tree/HEAD/{'/'.join(folder)}" if folder else "")
+            title, source, reference = (
+                "Deviations from the official code",
+                f"[`{self.repository}`]({url})",
+                "",
+            )
+        if self.reviewed:
+            state = f"compared: {self.read}"
+        else:
+            state = f"**not yet compared line by line{' with ' + reference if reference else ''}**"
+            state += f" (read so far: {self.read})" if self.read else ""
+        head = f"**{title}** ({source}; {state})."
+        if self.note:
+            head += f" {_sentence(self.note)}"
+        if not self.deviations:
+            return head + (" None found." if self.reviewed else " None listed yet.")
+        return "\n".join([head, "", *(d.markdown() for d in self.deviations)])
+
+
+def _sentence(text: str) -> str:
+    text = text.strip()
+    return text if text.endswith((".", "!", "?")) else text + "."
+
+
+def deviations_block(pid: str) -> tuple[str, str]:
+    """The start and end markers of paper ``pid``'s generated deviation list in its package README."""
+    return (
+        f"<!-- deviations:{pid}:start (generated by tools/catalog.py --write-deviations; "
+        "edit shared-kernels/src/icml25/kernels/deviations.toml) -->",
+        f"<!-- deviations:{pid}:end -->",
+    )
+
+
+def load_deviations(
+    path: str | Path | None = None, *, papers: Collection[str] | None = None
+) -> dict[str, Review]:
+    """Read and validate ``deviations.toml`` (the shipped one unless ``path`` is given): ``{paper id: Review}``.
+
+    ``papers``: the ids that may have an entry (default: the shipped catalog's implemented papers).
+
+    Raises:
+        ValueError: a malformed entry, naming the paper (or entry index) and the field.
+    """
+    if path is None:
+        text = resources.files("icml25.kernels").joinpath("deviations.toml").read_text(encoding="utf-8")
+    else:
+        text = Path(path).read_text(encoding="utf-8")
+    if papers is None:
+        papers = [p.id for p in load() if p.status == "implemented"]
+    return load_deviations_text(text, papers=papers)
+
+
+def load_deviations_text(text: str, *, papers: Collection[str]) -> dict[str, Review]:
+    """:func:`load_deviations` from the TOML text."""
+    raw = tomllib.loads(text)
+    unknown_tables = set(raw) - {"review", "deviation"}
+    if unknown_tables:
+        raise ValueError(
+            f"deviations: unknown tables {sorted(unknown_tables)} (only [[review]] and [[deviation]])"
+        )
+    known = set(papers)
+    reviews: dict[str, Review] = {}
+    for i, entry in enumerate(raw.get("review", [])):
+        where = f"deviations review {i} ({entry.get('paper', '?')})"
+        review = _build(Review, entry, where, exclude={"deviations"})
+        if review.paper not in known:
+            raise ValueError(f"{where}: paper must be an implemented paper's id, got {review.paper!r}")
+        if review.paper in reviews:
+            raise ValueError(f"{where}: a second [[review]] for {review.paper}")
+        if not isinstance(review.reviewed, bool):
+            raise ValueError(f"{where}: reviewed must be true or false, got {review.reviewed!r}")
+        if review.repository != "none" and not _REPOSITORY.fullmatch(review.repository):
+            raise ValueError(f"{where}: repository must be owner/name or 'none', got {review.repository!r}")
+        if review.reviewed and not review.read:
+            raise ValueError(f"{where}: a reviewed paper needs read (what was compared)")
+        reviews[review.paper] = review
+    found: dict[str, list[Deviation]] = {pid: [] for pid in reviews}
+    for i, entry in enumerate(raw.get("deviation", [])):
+        where = f"deviation {i} ({entry.get('paper', '?')}: {entry.get('what', '?')})"
+        deviation = _build(Deviation, entry, where)
+        if deviation.paper not in reviews:
+            raise ValueError(f"{where}: paper {deviation.paper!r} has no [[review]] entry")
+        if deviation.effect not in EFFECTS:
+            raise ValueError(f"{where}: effect must be one of {EFFECTS}, got {deviation.effect!r}")
+        found[deviation.paper].append(deviation)
+    return {
+        pid: Review(
+            **{**{f.name: getattr(r, f.name) for f in fields(Review)}, "deviations": tuple(found[pid])}
+        )
+        for pid, r in sorted(reviews.items())
+    }
+
+
+def _build(cls: type, entry: dict, where: str, exclude: Collection[str] = ()) -> object:
+    allowed = {f.name for f in fields(cls)} - set(exclude)
+    unknown = set(entry) - allowed
+    if unknown:
+        raise ValueError(f"{where}: unknown fields {sorted(unknown)}")
+    for name, value in entry.items():
+        if isinstance(value, str) and not value.strip():
+            raise ValueError(f"{where}: {name} must not be empty")
+        if name != "reviewed" and not isinstance(value, str):
+            raise ValueError(f"{where}: {name} must be a string, got {type(value).__name__}")
+    try:
+        return cls(**entry)
+    except TypeError as err:
+        raise ValueError(f"{where}: {err}") from None

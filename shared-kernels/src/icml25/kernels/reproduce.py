@@ -63,6 +63,7 @@ __all__ = [
     "Expectation",
     "Outcome",
     "add_arguments",
+    "catalog_deviations",
     "catalog_expectations",
     "discover",
     "execute",
@@ -241,8 +242,26 @@ def _check_threshold_text(experiment: Experiment, report: Any, quick: bool) -> N
         )
 
 
-def write_report(outcomes: list[Outcome], out_dir: Path, *, quick: bool, seed: int) -> Path:
-    """Write ``REPORT.md`` into ``out_dir``: a summary table, the known misses, then one section per paper."""
+def catalog_deviations() -> dict[str, str]:
+    """``{paper id: its deviations from the official code, as markdown}`` from the shipped
+    ``deviations.toml`` (:func:`icml25.kernels.catalog.load_deviations`)."""
+    from icml25.kernels import catalog
+
+    return {pid: review.markdown() for pid, review in catalog.load_deviations().items()}
+
+
+def write_report(
+    outcomes: list[Outcome],
+    out_dir: Path,
+    *,
+    quick: bool,
+    seed: int,
+    deviations: Mapping[str, str] | None = None,
+) -> Path:
+    """Write ``REPORT.md`` into ``out_dir``: a summary table, the known misses, then one section per paper,
+    with the paper's deviations from its official code (``deviations``: ``{paper id: markdown}``, default
+    :func:`catalog_deviations`)."""
+    deviations = catalog_deviations() if deviations is None else deviations
     mode = "quick" if quick else "full"
     counts = _counts(outcomes)
     lines = [
@@ -281,6 +300,8 @@ def write_report(outcomes: list[Outcome], out_dir: Path, *, quick: bool, seed: i
         lines += [f"**Scope.** {scope}" + (f": {o.expectation.scope_note}" if scope != "claim" else ""), ""]
         if o.status == "KNOWN-MISS":
             lines += [f"**Known miss.** {o.expectation.reason}", ""]
+        if o.paper in deviations:
+            lines += [deviations[o.paper], ""]
         preconditions = getattr(r, "preconditions", None) or {}
         if preconditions:
             lines += ["| precondition | holds |", "|---|---|"]
