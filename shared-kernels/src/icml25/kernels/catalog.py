@@ -216,7 +216,7 @@ class Deviation:
     what: str
     """The topic, in a few words (``Low-level policy``)."""
     official: str
-    """What the official code (or the paper) does."""
+    """What the official code does (the paper, for a paper without public code)."""
     where: str
     """Where it does it: ``file:line`` in the official repository, or the paper's section."""
     ours: str
@@ -228,10 +228,11 @@ class Deviation:
     impact: str
     """The measured difference, the expected one, or why there is none."""
 
-    def markdown(self) -> str:
-        """One list item: what, official (where), ours, why, effect."""
+    def markdown(self, reference: str = "Official") -> str:
+        """One list item: what, the reference's behaviour (where), ours, why, effect. ``reference`` names
+        what ours is compared with (``Official``; ``Paper`` where no official code is public)."""
         return (
-            f"- **{_sentence(self.what)}** Official ({self.where}): {_sentence(self.official)} "
+            f"- **{_sentence(self.what)}** {reference} ({self.where}): {_sentence(self.official)} "
             f"Ours: {_sentence(self.ours)} Why: {_sentence(self.why)} "
             f"Effect ({self.effect}): {_sentence(self.impact)}"
         )
@@ -278,7 +279,8 @@ class Review:
             head += f" {_sentence(self.note)}"
         if not self.deviations:
             return head + (" None found." if self.reviewed else " None listed yet.")
-        return "\n".join([head, "", *(d.markdown() for d in self.deviations)])
+        reference = "Paper" if self.repository == "none" else "Official"
+        return "\n".join([head, "", *(d.markdown(reference) for d in self.deviations)])
 
 
 def _sentence(text: str) -> str:
