@@ -4,7 +4,8 @@
 Papers are discovered through the ``icml25.papers`` entry-point group: each installed icml25 package
 registers ``<catalog id> = <experiment module>``, and the module's ``run(quick, seed, out_dir)`` returns an
 :class:`icml25.kernels.Report` (read by attribute: ``passed``, ``metrics``, ``claim``, ``threshold``,
-``headline``, ``baseline``, ``figures``, ``notes``, ``checks``, ``seeds``).
+``headline``, ``baseline``, ``figures``, ``notes``, ``checks``, ``seeds``). ``REPORT.md`` also shows each
+paper's deviations from its official code (``deviations.toml``, :func:`icml25.kernels.catalog.load_deviations`).
 
 Each paper's outcome compares its verdict with what the catalog (:mod:`icml25.kernels.catalog`, shipped in
 this wheel) expects:
