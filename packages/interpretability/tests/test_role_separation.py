@@ -244,3 +244,14 @@ def test_quick_reproduction_passes_and_the_broken_variant_fails() -> None:
     assert not broken.passed
     assert not broken.checks[f"OOD accuracy (B) >= OOD accuracy (A) + {exp.OOD_MARGIN:g}"]
     assert broken.metrics["pft_ood"] == pytest.approx(report.metrics["baseline_ood"])
+
+
+@pytest.mark.slow
+def test_full_reproduction_misses_the_absolute_checks_but_keeps_the_direction() -> None:
+    """The catalog's expected full-run miss (about 42 CPU-min; not recorded yet): seeds 0 and 1 give (A) ID
+    0.713 / 0.730, so the 3-seed mean cannot reach 0.85, while PFT's OOD gain is +0.21 / +0.28."""
+    report = exp.run(quick=False, seed=0)
+    names = [c.name for c in exp.checks(exp.FULL)]
+    assert not report.passed and names[0] in report.failed_checks, report.summary()
+    assert report.checks[names[5]]  # the PFT ids stay consistent
+    assert report.metrics["pft_ood"] > report.metrics["baseline_ood"]  # the claim's direction
