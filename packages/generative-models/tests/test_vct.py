@@ -327,6 +327,35 @@ def test_rejected_fit_keeps_state() -> None:
 # ---- reproduction ---------------------------------------------------------------------------------------------
 
 
+def _full_metrics(vc_gap: float, vc_sw2: float) -> dict[str, float]:
+    """Metrics that meet every mechanism check, with an independent run at gap 0.4 and sliced W2 0.2."""
+    return {
+        "vc_gap_ema_mean": vc_gap, "baseline_independent_gap_ema_mean": 0.4,
+        "vc_sw2_ema_mean": vc_sw2, "baseline_independent_sw2_ema_mean": 0.2,
+        "vc_abs_mean_mu_max": 0.01, "vc_total_var_min": 0.8, "vc_total_var_max": 0.9,
+        "vc_separation_min": 0.3, "baseline_independent_separation": 0.02,
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("vc_gap", "vc_sw2", "failing"),
+    [
+        (0.2, 0.15, []),  # at the gap bar, under the sliced-W2 bar
+        (0.21, 0.1, ["gap mass"]),  # gap mass just above 0.5x
+        (0.1, 0.17, ["sliced W2"]),  # sliced W2 just above 0.8x
+        (0.4, 0.2, ["gap mass", "sliced W2"]),  # no better than independent coupling
+    ],
+)
+def test_full_gate_tests_the_sample_quality_ordering(vc_gap, vc_sw2, failing) -> None:
+    """Full mode gates VC's one-step samples against independent coupling's; quick mode has no baseline arm
+    and gates the mechanism only."""
+    results = {c.name: c(_full_metrics(vc_gap, vc_sw2)) for c in exp.checks(exp.FULL)}
+    assert sorted(k for k, ok in results.items() if not ok) == sorted(
+        k for k in results for f in failing if f in k
+    )
+    assert not any("independent coupling's" in c.name for c in exp.checks(exp.QUICK))
+
+
 def test_quick_reproduction_passes_and_broken_variant_fails() -> None:
     report = exp.run(quick=True, seed=0)
     assert report.passed, report.checks

@@ -2,17 +2,22 @@
 
 Small-scale reproduction of variational noise coupling in improved consistency training (the paper's Fig. 1 toy).
 
-Silvestri et al., ICML 2025 (arXiv 2502.18197; official code ``sony/vct``). Claim checked (the mechanism): iCT
-with the learned coupling ``q_φ(ε | x)`` learns a *data-dependent* noise (the encoder's mean noise differs
-between the two modes) while its aggregate noise stays close to the prior ``N(0, I)`` (the KL at
-``kl_scale = 30``, normalised by the last σ interval), so one-step sampling from the prior still works.
+Silvestri et al., ICML 2025 (arXiv 2502.18197; official code ``sony/vct``). Claim checked (full run): iCT
+with the learned coupling ``q_φ(ε | x)`` gives better one-step samples than iCT with independent coupling:
+over 3 seeds, the mean gap mass (the fraction of samples with ``|y| < 0.25``, between the modes; truth ≈ 0.6%)
+is at most 0.5x, and the mean sliced W2 distance to fresh data at most 0.8x, the independent run's (EMA
+weights, the ones sampled from). The mechanism is gated too: the coupling is *data-dependent* (the encoder's
+mean noise differs between the two modes) while its aggregate noise stays close to the prior ``N(0, I)`` (the
+KL at ``kl_scale = 30``, normalised by the last σ interval), so one-step sampling from the prior still works.
+The quick run gates the mechanism only: the sample-quality ordering does not hold at its scale (see
+:data:`QUICK`).
 
 Data: a 2-D mixture of two Gaussians at ``(0, ±0.5)``, std 0.1, equal weights; VE kernel, σ_d = 0.5,
 σ_max = 80. F = MLP (SiLU, Fourier features of ``ln(t)/4``), encoder MLP ``2 → 64 → 64 → 4``; iCT with
 s0 = 10, Adam 3e-4, EMA 0.999, gradient clip 200 for VC (0 for the baseline, as the reference's README).
-Baseline: independent coupling (iCT), same seeds and steps. Reported, not gated: one- and two-step gap mass
-(the fraction of samples with ``|y| < 0.25``, truth ≈ 0.6%) and the sliced W1 distance to fresh data for
-the EMA and raw weights, and the variance of the consistency loss over 20 minibatches at the last step.
+Baseline: independent coupling (iCT), same seeds and steps. Reported, not gated: two-step gap mass, the raw
+(non-EMA) weights' gap mass and sliced W2, the sliced W1 distance, and the variance of the consistency loss
+over 20 minibatches at the last step (the paper's stated mechanism).
 
 Run: ``python -m icml25.generative_models.experiments.vct [--full] [--seed N] [--out DIR]``.
 """
@@ -49,33 +54,39 @@ from icml25.kernels.experiment import (
 
 PAPER = "P37"
 CLAIM = (
-    "Variational noise coupling in consistency training learns a data-dependent noise (the encoder's mean "
-    "noise separates the two modes of the toy) while its aggregate noise stays close to the N(0, I) prior, "
-    "which independent coupling cannot do."
+    "Variational noise coupling in consistency training gives better one-step samples than independent "
+    "coupling (less mass bridging the two modes of the toy, a smaller sliced W2 to the data), by learning a "
+    "data-dependent noise whose aggregate stays close to the N(0, I) prior."
 )
 
 
 @dataclass(frozen=True)
 class Setting:
-    """One reproduction scale (the planned small-scale setting: 8,000 steps, batch 512, MLP 256 x 3, s1 = 160, 3 seeds)."""
+    """One reproduction scale (the planned small-scale setting: 8,000 steps, batch 512, MLP 256 x 3, s1 = 160,
+    3 seeds; FULL is exactly that)."""
 
     name: str
     """``quick`` or ``full``."""
     n_seeds: int
-    """Seeds per arm (full 3, quick 1)."""
+    """Seeds per arm (full 3 as planned, quick 1)."""
     steps: int
-    """Training steps per model (ours: full 4,000, quick 1,200; planned 8,000 and 3,000: CPU budget)."""
+    """Training steps per model (full 8,000 as planned; quick 1,200, planned 3,000: the quick test's 20 s budget)."""
     s1: int
     """Final discretisation count (160 in both; the planned quick 40 changes the normalised KL weight
     ``kl_scale / (σ_{N-1} - σ_{N-2})`` of the gated prior check, see the README's deviations)."""
-    hidden: int = 128
-    """Width of F (planned 256; ours 128 to fit the CPU budget)."""
-    batch_size: int = 256
-    """Minibatch (planned 512)."""
+    hidden: int = 256
+    """Width of F (planned 256; quick 128, the quick test's budget)."""
+    batch_size: int = 512
+    """Minibatch (planned 512; quick 256)."""
     baseline: bool = True
-    """Train the independent-coupling arm too (quick: off; its coupling is N(0, I) by construction)."""
+    """Train the independent-coupling arm too and gate the sample-quality claim against it (quick: off, the
+    mechanism only; its coupling is N(0, I) by construction)."""
     kl_scale: float = 30.0
     """KL weight before the last-interval normalisation (reference iCT CIFAR/FMNIST: 30)."""
+    max_gap_ratio: float = 0.5
+    """VC's mean one-step gap mass must be <= this x the independent run's (the planned criterion)."""
+    max_sw2_ratio: float = 0.8
+    """VC's mean one-step sliced W2 must be <= this x the independent run's (the planned criterion)."""
     min_separation: float = 0.15
     """Bar on mean μ_y(upper mode) - mean μ_y(lower mode) (the data-dependence check; every seed)."""
     mean_band: float = 0.2
@@ -86,14 +97,32 @@ class Setting:
     """Samples per evaluation (planned 10,000; quick 2,000)."""
 
 
-QUICK = Setting("quick", n_seeds=1, steps=1200, s1=160, baseline=False, n_eval=2000)
-FULL = Setting("full", n_seeds=3, steps=4000, s1=160)
+QUICK = Setting(
+    "quick", n_seeds=1, steps=1200, s1=160, hidden=128, batch_size=256, baseline=False, n_eval=2000
+)
+"""The quick gate checks the mechanism only: at 4,000 steps, batch 256, MLP 128 x 3 (the earlier full run) VC's
+one-step gap mass was larger than independent coupling's on every seed (0.79 vs 0.61 EMA, mean of 3 seeds), so
+the claim's direction cannot be shown with margin at the quick test's 1,200 steps."""
+FULL = Setting("full", n_seeds=3, steps=8000, s1=160)
 
 
 def checks(setting: Setting) -> list[Check]:
-    """The pass rule: the aggregate encoder noise near the prior, and a data-dependent coupling (all seeds)."""
+    """The pass rule: with the baseline arm, VC's one-step samples beat independent coupling's (gap mass and
+    sliced W2, means over seeds); always, the aggregate encoder noise near the prior and a data-dependent
+    coupling (every seed)."""
     lo, hi = setting.var_band
-    return [
+    claim = [
+        Check(
+            f"VC one-step gap mass (EMA, mean over seeds) <= {setting.max_gap_ratio:g} x independent coupling's",
+            lambda m: m["vc_gap_ema_mean"] <= setting.max_gap_ratio * m["baseline_independent_gap_ema_mean"],
+        ),
+        Check(
+            f"VC one-step sliced W2 to data (EMA, mean over seeds) <= {setting.max_sw2_ratio:g} x independent "
+            "coupling's",
+            lambda m: m["vc_sw2_ema_mean"] <= setting.max_sw2_ratio * m["baseline_independent_sw2_ema_mean"],
+        ),
+    ]
+    return (claim if setting.baseline else []) + [
         Check(
             f"VC aggregate noise near N(0, I): |mean mu| <= {setting.mean_band:g} per dim (every seed)",
             lambda m: m["vc_abs_mean_mu_max"] <= setting.mean_band,
@@ -124,6 +153,17 @@ def two_gaussians(n: int, generator: torch.Generator) -> torch.Tensor:
     x = 0.1 * torch.randn(n, 2, generator=generator)
     x[:, 1] += sign
     return x
+
+
+def _sliced_w2(x: torch.Tensor, y: torch.Tensor, n_proj: int = 200, seed: int = 0) -> float:
+    """Sliced 2-Wasserstein distance: the root of the mean over ``n_proj`` random unit directions of the squared
+    1-D W2 between the projections (quantiles on a common grid)."""
+    d = torch.randn(x.shape[1], n_proj, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    d = d / d.norm(dim=0, keepdim=True)
+    qs = torch.linspace(0.0, 1.0, max(len(x), len(y)), dtype=torch.float64)
+    px = torch.quantile(x.double() @ d, qs, dim=0)
+    py = torch.quantile(y.double() @ d, qs, dim=0)
+    return float(((px - py) ** 2).mean().sqrt())
 
 
 def gap_mass(x: torch.Tensor) -> float:
@@ -161,6 +201,7 @@ def _eval_arm(setting, trainer, ema, seed: int, prefix: str, m: dict, store: dic
             m[f"{prefix}_sw1_{tag}_s{seed}"] = sliced_wasserstein(
                 one.double(), fresh.double(), 200, seed=seed
             )
+            m[f"{prefix}_sw2_{tag}_s{seed}"] = _sliced_w2(one, fresh, 200, seed=seed)
             if tag == "ema":
                 store.setdefault(prefix, []).append(one)
         # consistency-loss variance over 20 minibatches at the last step (reported; the paper's mechanism)
@@ -218,9 +259,12 @@ def evaluate(
     tvs = [m[f"vc_total_var_{a}_s{s}"] for s in seeds for a in "xy"]
     m["vc_total_var_min"], m["vc_total_var_max"] = float(min(tvs)), float(max(tvs))
     for arm in ("vc",) + (("baseline_independent",) if setting.baseline else ()):
-        for key in ("gap_ema", "gap_raw", "gap2_ema", "sw1_ema", "loss_var"):
+        for key in ("gap_ema", "gap_raw", "gap2_ema", "sw2_ema", "sw2_raw", "sw1_ema", "loss_var"):
             m[f"{arm}_{key}_mean"] = agg(f"{arm}_{key}")
             m[f"{arm}_{key}_std"] = agg(f"{arm}_{key}", np.std)
+    if setting.baseline:
+        m["gap_ema_ratio"] = m["vc_gap_ema_mean"] / max(m["baseline_independent_gap_ema_mean"], 1e-12)
+        m["sw2_ema_ratio"] = m["vc_sw2_ema_mean"] / max(m["baseline_independent_sw2_ema_mean"], 1e-12)
     m["total_seconds"] = time.perf_counter() - t0
     figures = [plot(out_dir, store)] if out_dir is not None and store else []
     return Report.from_checks(
@@ -228,14 +272,20 @@ def evaluate(
         claim=CLAIM,
         checks=checks(setting),
         metrics=m,
-        headline="vc_separation_min",
-        baseline="baseline_independent_separation",
+        headline="vc_gap_ema_mean" if setting.baseline else "vc_separation_min",
+        baseline="baseline_independent_gap_ema_mean"
+        if setting.baseline
+        else "baseline_independent_separation",
         figures=figures,
         seeds=seeds,
         notes=(
             f"two Gaussians (0, +-0.5), std 0.1; VE, sigma_max 80; MLP {setting.hidden} x 3, batch "
-            f"{setting.batch_size}, {setting.steps} steps, s1 = {setting.s1}, kl_scale {setting.kl_scale:g}; "
-            f"gap mass and sliced W1 of {setting.n_eval} one-step samples are reported, not gated"
+            f"{setting.batch_size}, {setting.steps} steps, s1 = {setting.s1}, kl_scale {setting.kl_scale:g}"
+            + (
+                f"; gated: mean one-step gap mass and sliced W2 of {setting.n_eval} samples (EMA) vs independent"
+                if setting.baseline
+                else f"; gap mass of {setting.n_eval} one-step samples reported, not gated"
+            )
             + ("; broken variant: encoder detached from the consistency loss" if detach_encoder else "")
         ),
     )
@@ -266,7 +316,7 @@ def plot(out_dir: str | Path, store: dict) -> Path:
 
 
 def run(quick: bool = True, seed: int = 0, out_dir: str | Path | None = None) -> Report:
-    """Reproduce the variational-coupling mechanism at small scale (see the module docstring)."""
+    """Reproduce variational coupling's one-step sample gain (full) and its mechanism (both) at small scale."""
     seed_everything(seed)
     with torch_threads(1):
         return evaluate(QUICK if quick else FULL, seed, out_dir)
