@@ -50,7 +50,12 @@ def git_commit() -> str:
         rev = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
         )
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True)
+        dirty = subprocess.run(  # the table being written does not count
+            ["git", "status", "--porcelain", "--", ".", ":!benchmarks/RESULTS.md"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
         return rev.stdout.strip() + (" (uncommitted changes)" if dirty.stdout.strip() else "")
     except OSError:
         return "unknown"

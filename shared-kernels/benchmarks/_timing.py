@@ -169,7 +169,7 @@ class Rows:
             "threads": self.threads,
             "reps": self.reps,
             "load": load_average(),
-            "extra": {k: (round(v, 4) if isinstance(v, float) else v) for k, v in extra.items()},
+            "extra": {k: (float(f"{v:.4g}") if isinstance(v, float) else v) for k, v in extra.items()},
         }
         print("BENCH_ROW " + json.dumps(row), flush=True)
 

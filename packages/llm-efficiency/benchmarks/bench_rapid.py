@@ -7,8 +7,9 @@ weights' values), sized so that one decoding step is bound by reading its weight
 ``γ+1``-token target forward at that context, which is what speculative verification relies on). Its long
 context (2k / 8k; 32k with ``--full``) is a pre-filled random KV cache: prefill is the same for both arms
 and is not timed (at 32k it would take hours on one CPU thread). Drafters: ``self`` (RAPID's main setting:
-the target's weights with their own short cache of the R = 512 retrieved tokens) and ``small`` (2 layers of
-the same width, a cheaper RAG drafter).
+the target's weights with their own short cache of the R = 512 retrieved tokens) and ``small`` (full run:
+2 layers at a quarter of the width with the same vocabulary, about 1/9 of the target's bytes, like a 1B
+drafter for an 8B target).
 
 Acceptance is measured, not assumed: :class:`~icml25.llm_efficiency.rapid.RapidGenerator` with the
 project's :class:`~icml25.llm_efficiency.rapid.InductionLM` on P03's main-regime items (50 items, γ = 5,
@@ -170,11 +171,15 @@ def main(argv: list[str] | None = None) -> None:
           f"({time.perf_counter() - t0:.1f} s)")  # fmt: skip
     target_model = llama(*dims)
     hidden, layers, heads, kv_heads = dims[:4]
-    small_model = llama(hidden, 2, heads, kv_heads, dims[4], dims[5], seed=1)
+    # a small RAG drafter sharing the vocabulary: 2 layers at a quarter of the width (~1/9 of the target's
+    # bytes at the full size, the ratio of a 1B drafter to an 8B target)
+    small_model = llama(
+        hidden // 4, 2, max(1, heads // 4), max(1, kv_heads // 4), dims[4] // 4, dims[5], seed=1
+    )
     w_mb = sum(p.numel() * 4 for p in target_model.parameters()) / 2**20
     w_small = sum(p.numel() * 4 for p in small_model.parameters()) / 2**20
     print(f"target: Llama hidden={hidden} layers={layers} heads={heads} kv_heads={kv_heads} ({w_mb:.0f} MB fp32); "
-          f"small drafter: 2 layers ({w_small:.0f} MB); threads={torch.get_num_threads()} pairs={args.reps} tokens={n}")  # fmt: skip
+          f"small drafter: 2 layers, width {hidden // 4} ({w_small:.0f} MB); threads={torch.get_num_threads()} pairs={args.reps} tokens={n}")  # fmt: skip
     print(f"{'L':>6} {'KV MB':>6} {'t1 ms':>7} {'t6 ms':>7} {'t6/t1':>6} {'draft ms':>8} {'drafter':>7} {'accept':>6} | "
           f"{'greedy ms':>9} {'RAPID ms':>9} {'tok/s ratio':>11}")  # fmt: skip
     for L in lengths:
