@@ -231,13 +231,11 @@ def reproduce(session: nox.Session) -> None:
 @nox.session
 @timed
 def bench(session: nox.Session) -> None:
-    """Every benchmark script (shared-kernels/benchmarks, packages/*/benchmarks), on the current device."""
+    """Every benchmark script (shared-kernels/benchmarks, packages/*/benchmarks) with ``--quick`` on the current
+    device, one process each (warm-up, median of >= 5 paired method/baseline runs, 1 thread), collected by
+    tools/bench_all.py into benchmarks/RESULTS.md (machine, load, date, one row per benchmark and setting).
+    Not in the default sessions. ``-- --only bench_rapid`` runs a subset, ``-- --threads 2`` pins 2 threads."""
     _install_packages(session, list(PACKAGES))
-    scripts = sorted(ROOT.glob("shared-kernels/benchmarks/bench_*.py")) + sorted(
-        ROOT.glob("packages/*/benchmarks/bench_*.py")
-    )
-    if not scripts:
-        session.log("no benchmark scripts yet")
-    for script in scripts:
-        session.log(f"== {script.relative_to(ROOT)}")
-        session.run("python", str(script), *session.posargs)
+    # the integration points the RAPID / ToMA / ARROW benchmarks drive (the packages' hf, diffusers, tigramite extras)
+    session.install("-c", CONSTRAINTS, "transformers>=5.0", "diffusers", "accelerate", "tigramite")
+    session.run("python", "tools/bench_all.py", *session.posargs)

@@ -5,6 +5,8 @@ bits/group size: quantize and dequantize throughput (GB/s of memory moved: input
 storage bits per value and relative MSE, and the ratios against the naive torch per-tensor quantizer
 (one scale/zero for the whole tensor, uint8 codes, no packing) in one run. On CUDA both the Triton
 kernels and the reference run; on CPU the reference (the Triton interpreter is far too slow to time).
+Timing: paired (warm-up, then ``--reps`` alternating calls of the method and the naive quantizer, median of
+the per-pair ratios); ``--threads`` (default 1) pins torch's CPU threads.
 
     python shared-kernels/benchmarks/bench_quantization.py --quick            # CPU, < 30 s
     python shared-kernels/benchmarks/bench_quantization.py --device cuda      # 8x32x4096x128 fp16
@@ -12,11 +14,8 @@ kernels and the reference run; on CPU the reference (the Triton interpreter is f
 
 from __future__ import annotations
 
-import argparse
-from collections.abc import Callable
-
 import torch
-from _timing import call_times
+from _timing import Rows, bench_parser, paired_speedup, parse_bench_args
 
 from icml25.kernels import triton_available
 from icml25.kernels.quantization import dequantize, quantize
@@ -53,79 +52,75 @@ def naive_dequantize(
     return (codes.float() * scale + lo).to(dtype)
 
 
-def timeit(fn: Callable[[], object], device: str, reps: int) -> float:
-    """Fastest of ``reps`` calls after one warm-up call (the minimum is robust to other processes' load)."""
-    return min(call_times(fn, reps, cuda=device == "cuda")[0])
-
-
 def rel_mse(x_hat: torch.Tensor, x: torch.Tensor) -> float:
     x64 = x.double()
     return float(((x_hat.double() - x64) ** 2).sum() / (x64**2).sum())
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_parser(__doc__.splitlines()[0])
     parser.add_argument(
         "--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=["cpu", "cuda"]
     )
-    parser.add_argument("--quick", action="store_true", help="smaller tensor and fewer repetitions")
     parser.add_argument("--dtype", default=None, choices=["float32", "float16", "bfloat16"],
                         help="default: float16 on CUDA, float32 on CPU")  # fmt: skip
-    parser.add_argument(
-        "--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)"
-    )
-    args = parser.parse_args(argv)
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
+    args = parse_bench_args(parser, argv)
+    rows = Rows("quantization", args)
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda requested but CUDA is not available")
-    dtype = getattr(torch, args.dtype or ("float16" if args.device == "cuda" else "float32"))
+    cuda = args.device == "cuda"
+    dtype = getattr(torch, args.dtype or ("float16" if cuda else "float32"))
     shape = SHAPES[(args.device, args.quick)]
-    reps = 5 if args.quick else 20
     backends = ["reference"]
-    if args.device == "cuda" and triton_available():
+    if cuda and triton_available():
         backends.insert(0, "triton")
 
     torch.set_grad_enabled(False)
     x = kv_like(shape, dtype, args.device)
     in_bytes = x.numel() * x.element_size()
     print(
-        f"device={args.device} shape={tuple(shape)} dtype={dtype} ({in_bytes / 2**20:.0f} MiB) reps={reps} threads={torch.get_num_threads()}"
+        f"device={args.device} shape={tuple(shape)} dtype={dtype} ({in_bytes / 2**20:.0f} MiB) pairs={args.reps} threads={torch.get_num_threads()}"
     )
     print(
-        "ratios: speed = ours / naive (higher is faster); err = naive relMSE / ours (higher is more accurate)"
+        "ratios: speed = naive time / ours (higher is faster); err = naive relMSE / ours (higher is more accurate)"
     )
     header = (
-        f"{'backend':>9} {'bits':>4} {'group':>5} {'bits/val':>8} {'quant GB/s':>10} {'deq GB/s':>9} "
-        f"{'relMSE':>9} | {'naive q':>8} {'naive dq':>8} {'naive MSE':>9} | {'q speed':>7} {'dq speed':>8} {'err':>7}"
+        f"{'backend':>9} {'bits':>4} {'group':>5} {'bits/val':>8} {'quant ms':>9} {'naive ms':>9} {'q speed':>7} "
+        f"{'deq ms':>8} {'naive ms':>9} {'dq speed':>8} | {'relMSE':>9} {'naive MSE':>9} {'err':>7}"
     )
     print(header)
     print("-" * len(header))
-    for bits in (2, 3, 4, 8):
+    bit_list, group_list = ((2, 4), (32, 128)) if args.quick else ((2, 3, 4, 8), (32, 64, 128))
+    for bits in bit_list:
         codes, n_scale, n_lo = naive_quantize(x, bits)
-        code_bytes = codes.numel() * codes.element_size()
-        t_nq = timeit(lambda bits=bits: naive_quantize(x, bits), args.device, reps)
-        t_ndq = timeit(
-            lambda c=codes, s=n_scale, lo=n_lo: naive_dequantize(c, s, lo, dtype), args.device, reps
-        )
-        naive_q_gbs = (in_bytes + code_bytes) / t_nq / 1e9
-        naive_dq_gbs = (in_bytes + code_bytes) / t_ndq / 1e9
         naive_err = rel_mse(naive_dequantize(codes, n_scale, n_lo, dtype), x)
-        for group in (32, 64, 128):
+        for group in group_list:
             for backend in backends:
                 q = quantize(x, bits, group, backend=backend)
-                t_q = timeit(
-                    lambda b=backend, bits=bits, g=group: quantize(x, bits, g, backend=b), args.device, reps
-                )
-                t_dq = timeit(lambda b=backend, q=q: dequantize(q, backend=b), args.device, reps)
-                q_gbs = (in_bytes + q.nbytes) / t_q / 1e9
-                dq_gbs = (in_bytes + q.nbytes) / t_dq / 1e9
                 err = rel_mse(dequantize(q, backend=backend), x)
-                print(
-                    f"{backend:>9} {bits:>4} {group:>5} {q.bits_per_value:>8.3f} {q_gbs:>10.2f} {dq_gbs:>9.2f} "
-                    f"{err:>9.2e} | {naive_q_gbs:>8.2f} {naive_dq_gbs:>8.2f} {naive_err:>9.2e} | "
-                    f"{q_gbs / naive_q_gbs:>6.2f}x {dq_gbs / naive_dq_gbs:>7.2f}x {naive_err / err:>6.1f}x"
+                t_q, t_nq, r_q = paired_speedup(
+                    lambda b=backend, bits=bits, g=group: quantize(x, bits, g, backend=b),
+                    lambda bits=bits: naive_quantize(x, bits),
+                    args.reps,
+                    cuda=cuda,
                 )
+                t_dq, t_ndq, r_dq = paired_speedup(
+                    lambda b=backend, q=q: dequantize(q, backend=b),
+                    lambda c=codes, s=n_scale, lo=n_lo: naive_dequantize(c, s, lo, dtype),
+                    args.reps,
+                    cuda=cuda,
+                )
+                print(
+                    f"{backend:>9} {bits:>4} {group:>5} {q.bits_per_value:>8.3f} {t_q * 1e3:>9.3f} {t_nq * 1e3:>9.3f} "
+                    f"{r_q:>6.2f}x {t_dq * 1e3:>8.3f} {t_ndq * 1e3:>9.3f} {r_dq:>7.2f}x | {err:>9.2e} {naive_err:>9.2e} "
+                    f"{naive_err / err:>6.1f}x"
+                )
+                setting = f"{bits}-bit group {group}, {tuple(shape)} {str(dtype).removeprefix('torch.')} ({args.device})"
+                rows.add(setting, f"quantize {backend}", "naive per-tensor min-max (uint8 codes)", t_q, t_nq, r_q,
+                         "group quantization of a KV-cache-like tensor with outlier channels (packed codes)",
+                         bits_per_value=q.bits_per_value, err_ratio_naive_over_ours=naive_err / err)  # fmt: skip
+                rows.add(setting, f"dequantize {backend}", "naive dequantize", t_dq, t_ndq, r_dq,
+                         "dequantization of the same tensor")  # fmt: skip
 
 
 if __name__ == "__main__":

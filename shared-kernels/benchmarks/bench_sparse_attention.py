@@ -22,13 +22,12 @@ plus 84 (110 causal) torch ops and 7 host syncs per call, which dominated its GP
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 
 import torch
 import torch.nn.functional as F
-from _timing import paired_speedup
+from _timing import Rows, bench_parser, paired_speedup, parse_bench_args
 
 from icml25.kernels.sparse_attention import relative_l1, sparge_attention
 
@@ -123,15 +122,10 @@ def launches(device: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--quick", action="store_true", help="smaller lengths (CPU smoke run)")
+    parser = bench_parser(__doc__)
     parser.add_argument("--lengths", type=int, nargs="*", default=None)
     parser.add_argument("--heads", type=int, default=None)
     parser.add_argument("--dim", type=int, default=None)
-    parser.add_argument("--reps", type=int, default=5, help="timed (method, SDPA) pairs per setting (>= 5)")
-    parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (CPU)")
     parser.add_argument("--settings", nargs="*", default=None, help=f"subset of {list(SETTINGS)}")
     parser.add_argument(
         "--loop",
@@ -140,12 +134,10 @@ def main() -> None:
     )
     parser.add_argument("--check", action="store_true", help="first compare Triton with the reference")
     parser.add_argument("--launches", action="store_true", help="first count launches/syncs of one call")
-    args = parser.parse_args()
-    if args.reps < 5:
-        parser.error(f"--reps must be >= 5 (a median of paired runs), got {args.reps}")
+    args = parse_bench_args(parser)
+    rows = Rows("sparse_attention", args)
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    torch.set_num_threads(args.threads)
     if args.launches:
         launches(device)
     if args.check:
@@ -186,6 +178,12 @@ def main() -> None:
                 f"{t_sp * 1e3:>9.1f} {ratio:>7.2f}x {relative_l1(o, dense):>8.4f}",
                 flush=True,
             )
+            rows.add(
+                f"L={length} H={heads} d={dim} {name} ({device}{', tile loop' if args.loop else ''})",
+                f"sparge_attention {backend}", "torch SDPA", t_sp, t_sdpa, ratio,
+                "attention forward on clustered q/k (incl. stage-1 prediction, quantization)",
+                sparsity=st.sparsity, rel_l1=relative_l1(o, dense),
+            )  # fmt: skip
     print(
         "speedup = median over pairs of SDPA time / SpargeAttn time (calls alternate; SpargeAttn incl. stage-1 "
         "prediction and quantization); rel_L1 vs SDPA."

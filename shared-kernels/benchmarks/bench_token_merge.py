@@ -7,18 +7,20 @@ Prints, for token grids of N tokens (C features, B images) and merge ratios r, t
 * ``reference``: ToMA with the torch reference (greedy facility location per tile, soft merge, unmerge);
 * ``triton``: ToMA with the Triton kernels (CUDA only);
 
-as speed ratios against ToMeSD and against the ToMA reference, with the max abs difference of the Triton
-merge/unmerge output from the reference one. Forward only; one CPU thread on CPU.
-Run: ``python shared-kernels/benchmarks/bench_token_merge.py [--quick]``.
+as speed ratios against ToMeSD (paired: warm-up, then ``--reps`` alternating calls, median of the per-pair
+ratios) and against the ToMA reference, with the max abs difference of the Triton merge/unmerge output from
+the reference one. Forward only. End-to-end latency in a diffusers UNet:
+``packages/generative-models/benchmarks/bench_toma_unet.py``.
+
+    python shared-kernels/benchmarks/bench_token_merge.py [--quick] [--threads 1] [--reps 5] [--json]
 """
 
 from __future__ import annotations
 
-import argparse
 import math
 
 import torch
-from _timing import median_time
+from _timing import Rows, bench_parser, paired_speedup, parse_bench_args
 
 from icml25.kernels import triton_available
 from icml25.kernels.token_merge import (
@@ -43,25 +45,24 @@ def toma_round_trip(
     return back.reshape(B, t, t, th, th, C).permute(0, 1, 3, 2, 4, 5).reshape(B, N, C)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="small grids, few repetitions")
-    args = parser.parse_args()
+def main(argv: list[str] | None = None) -> None:
+    args = parse_bench_args(bench_parser(__doc__), argv)
+    rows = Rows("token_merge", args)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cpu":
-        torch.set_num_threads(1)  # the shared CPU machine makes multi-thread timings unusable
     if device == "cuda":
-        sides, B, C, reps, tps = [64, 128], 2, 3072, 10, 16  # N = 4096 / 16384, 16 / 64 tokens per tile
+        sides, B, C, tps = [64, 128], 2, 3072, 16  # N = 4096 / 16384, 16 / 64 tokens per tile
     else:
-        sides, B, C, reps, tps = [32, 64], 1, 256, 3, 4
+        sides, B, C, tps = [32, 64], 1, 256, 4
     if args.quick:
-        sides, B, C, reps, tps = [16, 32], 1, 64, 2, 4
+        sides, B, C, tps = [16, 32], 1, 64, 4
     backends = ["reference"] + (["triton"] if device == "cuda" and triton_available() else [])
     g = torch.Generator().manual_seed(0)
-    print(f"device={device}  B={B} C={C} tiles={tps}x{tps}  backends={backends}")
     print(
-        f"{'N':>6} {'r':>5} | {'tomesd ms':>9} | "
-        + " | ".join(f"{b + ' ms':>13} {'x tomesd':>8}" for b in backends)
+        f"device={device}  B={B} C={C} tiles={tps}x{tps}  backends={backends}  threads={torch.get_num_threads()} pairs={args.reps}"
+    )
+    print(
+        f"{'N':>6} {'r':>5} | "
+        + " | ".join(f"{'tomesd ms':>9} {b + ' ms':>13} {'x tomesd':>8}" for b in backends)
         + (" | x ref  max err" if "triton" in backends else "")
     )
     for side in sides:
@@ -73,19 +74,23 @@ def main() -> None:
                 merge, unmerge = bipartite_soft_matching_2d(x, side, side, int(N * r), check_finite=False)
                 return unmerge(merge(x))
 
-            t_tome, _ = median_time(tomesd, reps)
             cols, outs, times = [], {}, {}
             for b in backends:
-                t, out = median_time(
-                    lambda x=x, side=side, r=r, b=b: toma_round_trip(x, side, tps, r, b), reps
-                )
-                outs[b], times[b] = out, t
-                cols.append(f"{t * 1e3:13.3f} {t_tome / t:8.2f}")
+                fn = lambda x=x, side=side, r=r, b=b: toma_round_trip(x, side, tps, r, b)  # noqa: E731
+                outs[b] = fn()
+                t, t_tome, ratio = paired_speedup(fn, tomesd, args.reps, cuda=device == "cuda")
+                times[b] = t
+                cols.append(f"{t_tome * 1e3:9.3f} {t * 1e3:13.3f} {ratio:8.2f}")
+                rows.add(
+                    f"N={N} r={r} B={B} C={C} tiles={tps}x{tps} ({device})", f"ToMA {b} (select+merge+unmerge)",
+                    "ToMeSD bipartite matching", t, t_tome, ratio,
+                    "one merge-plan recompute + merge + unmerge round trip (kernel level)",
+                )  # fmt: skip
             tail = ""
             if "triton" in outs:
                 err = (outs["triton"] - outs["reference"]).abs().max().item()
                 tail = f" | {times['reference'] / times['triton']:5.2f} {err:8.1e}"
-            print(f"{N:>6} {r:>5.2f} | {t_tome * 1e3:9.3f} | " + " | ".join(cols) + tail)
+            print(f"{N:>6} {r:>5.2f} | " + " | ".join(cols) + tail)
 
 
 if __name__ == "__main__":

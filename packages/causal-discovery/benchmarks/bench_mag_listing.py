@@ -5,19 +5,25 @@ Rows: all-circle complete PAGs (k = 3, 4, 5) and random PAGs at n = 7 binned by 
 n = 12-15 instances (listing only, first 300 MAGs; brute force is out of reach). Each row times the
 default listing (probing on) and the rules alone (``probing=False``) in the same run, so the ratios are
 comparable even when the shared CPU's load swings. Times are CPU seconds (``time.process_time``) for the
-listing and the brute force alike, with the imported libraries frozen out of the cyclic GC. Run:
+listing and the brute force alike, with the imported libraries frozen out of the cyclic GC. The rows with a
+brute force also time the full listing against it paired (one warm-up call of each, then ``--reps``
+alternating calls, median of the per-pair ratios; the ``--json`` rows). Run:
 
-    python packages/causal-discovery/benchmarks/bench_mag_listing.py [--quick]
+    python packages/causal-discovery/benchmarks/bench_mag_listing.py [--quick] [--reps 5] [--json]
 """
 
 from __future__ import annotations
 
-import argparse
 import gc
 import itertools
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "shared-kernels" / "benchmarks"))
+from _timing import Rows, bench_parser, paired_speedup, parse_bench_args
 
 from icml25.causal_discovery.mag_listing import (
     PAG,
@@ -37,6 +43,10 @@ def _list(pag: PAG, probing: bool, limit: int | None = None) -> tuple[float, Lis
     return time.process_time() - t0, stats
 
 
+ROWS: Rows | None = None
+REPS = 5
+
+
 def _row(name: str, pag: PAG, with_bf: bool, summary: dict, limit: int | None = None) -> None:
     cells = [f"{name:<22}", f"c={pag.n_circles():>3}"]
     if with_bf:
@@ -48,6 +58,19 @@ def _row(name: str, pag: PAG, with_bf: bool, summary: dict, limit: int | None = 
         cells.append(
             f"#MAG={n_bf:>6}  bf={t_bf:7.3f}s bf leaves/MAG={bst.leaves / n_bf:4.2f} nodes/MAG={bst.nodes / n_bf:4.1f}"
         )
+        t_l, t_b, ratio = paired_speedup(
+            lambda: _list(pag, True),
+            lambda: list_mags_bruteforce(pag),
+            REPS,
+            cuda=False,
+            clock=time.process_time,
+        )
+        cells.append(f"paired bf/list={ratio:5.2f}x")
+        if ROWS is not None:
+            ROWS.add(
+                f"{name} (circles {pag.n_circles()}, {n_bf} MAGs)", "list_mags (probing)", "pruned brute force",
+                t_l, t_b, ratio, "CPU time to list every MAG of the PAG", n_mags=n_bf,
+            )  # fmt: skip
     for probing in (True, False):
         t, st = _list(pag, probing, limit)
         med = np.median(st.delays[1:]) if len(st.delays) > 1 else float("nan")
@@ -116,6 +139,6 @@ def main(quick: bool = False) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true")
-    main(parser.parse_args().quick)
+    _args = parse_bench_args(bench_parser(__doc__))
+    ROWS, REPS = Rows("mag_listing", _args), _args.reps
+    main(_args.quick)
