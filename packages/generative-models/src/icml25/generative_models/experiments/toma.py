@@ -283,6 +283,7 @@ def evaluate(
         metrics=metrics,
         headline="recon_fl_r0.75",
         baseline="recon_random_r0.75",
+        better="lower",  # relative reconstruction error of merge -> unmerge
         figures=figures,
         notes=(
             f"{B} sklearn digits upsampled to {setting.side}x{setting.side} (N={N}), C={C} tokens "
