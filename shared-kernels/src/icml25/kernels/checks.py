@@ -211,7 +211,10 @@ def check_tensor(
     if not value.numel():
         return value
     if finite and (value.is_floating_point() or value.is_complex()) and not bool(torch.isfinite(value).all()):
-        raise ValueError(f"{name} must be finite (no NaN or inf), got {what} with non-finite entries")
+        n_nan, n_inf = int(torch.isnan(value).sum()), int(torch.isinf(value).sum())
+        raise ValueError(
+            f"{name} must be finite (no NaN or inf), got {n_nan} NaN and {n_inf} inf values in {what}"
+        )
     if max_abs is not None:
         peak = float(value.detach().abs().max())
         if peak > max_abs:
@@ -252,7 +255,10 @@ def check_array(
     if non_empty and arr.size == 0:
         raise ValueError(f"{name} must not be empty, got {what}")
     if finite and arr.size and arr.dtype.kind in "fc" and not np.isfinite(arr).all():
-        raise ValueError(f"{name} must be finite (no NaN or inf), got {what} with non-finite entries")
+        n_nan, n_inf = int(np.isnan(arr).sum()), int(np.isinf(arr).sum())
+        raise ValueError(
+            f"{name} must be finite (no NaN or inf), got {n_nan} NaN and {n_inf} inf values in {what}"
+        )
     return arr
 
 
