@@ -347,6 +347,10 @@ def test_classifier_rejects_bad_X_and_keeps_state() -> None:
     with pytest.raises(ValueError, match="y must be 1-D with 120 labels"):
         est.fit(X, y[:-1])
     with pytest.raises(ValueError, match=r"X must have more than n_features_a=2 columns"):
+        est.fit(X[:, :2], y)
+    with pytest.raises(
+        ValueError, match=r"X has 2 features, but CopulaFusionClassifier is expecting 5 features"
+    ):
         est.predict(X[:, :2])
     assert kt.states_equal(before[0], kt.snapshot_state(est.net_))
     assert est.loss_history_ == before[1] and torch.equal(est.mean_, before[2])
