@@ -151,3 +151,19 @@ def test_check_fitted_raises_sklearns_not_fitted_error_or_the_same_two_bases_wit
         check_fitted(probe, ("coef_", "classes_"))
     probe.coef_, probe.classes_ = 1, 2  # type: ignore[attr-defined]
     check_fitted(probe, ("coef_", "classes_"))
+
+
+def test_check_sklearn_array_names_the_argument_in_scikit_learns_messages() -> None:
+    """scikit-learn's own wording (what its ``check_estimator`` matches), with the argument named."""
+    pytest.importorskip("sklearn")
+    from icml25.kernels.checks import check_sklearn_array
+
+    assert check_sklearn_array(torch.ones(3, 2), "X").shape == (3, 2)
+    with pytest.raises(ValueError, match=r"(?s)^features: .*Reshape your data"):
+        check_sklearn_array(np.ones(3), "features")
+    with pytest.raises(ValueError, match=r"(?s)features: .*Complex data not supported"):
+        check_sklearn_array(np.ones((3, 2), dtype=complex), "features")
+    with pytest.raises(ValueError, match=r"Input features contains NaN"):
+        check_sklearn_array(np.array([[np.nan, 1.0]]), "features")
+    with pytest.raises(ValueError, match=r"(?s)features: .*0 feature\(s\)"):
+        check_sklearn_array(np.ones((3, 0)), "features")

@@ -475,3 +475,17 @@ def test_arrow_theta_nan_is_a_value_error_and_keeps_state() -> None:
         cd.ARROW(theta=float("nan")).fit(_X)
     with pytest.raises(ValueError, match="not NaN"):
         cd.prune_candidates(_SC.score, _SC.tau_star, theta=float("nan"))
+
+
+# ---------------------------------------------------------------------------- issue 81 (bad input round 2)
+def test_tfl_fit_blames_a_prior_callable_with_too_few_columns() -> None:
+    rng = np.random.default_rng(0)
+    X, ybar, s = rng.normal(size=(20, 3)), np.arange(20) % 4, rng.integers(0, 2, 20)
+    clf = cd.TFLClassifier(epochs=1)
+    with pytest.raises(
+        ValueError, match=r"^prior must have one column per class: .* holds class 3.* shape \(20, 2\)"
+    ):
+        clf.fit(X, ybar, s, prior=lambda X: np.full((len(X), 2), 0.5))
+    assert not hasattr(clf, "coefs_")
+    with pytest.raises(ValueError, match=r"^prior must have shape \(20, K\)"):
+        clf.fit(X, ybar, s, prior=lambda X: np.full((len(X) - 1, 4), 0.25))

@@ -259,7 +259,7 @@ def test_rejected_fit_keeps_state_and_not_fitted_error() -> None:
     X, y = _blobs(100)
     ybar, s = make_tfl(y, 3, seed=0)
     model = TFLClassifier((8,), epochs=2)
-    with pytest.raises(ValueError, match="TFLClassifier is not fitted"):
+    with pytest.raises(ValueError, match="This TFLClassifier instance is not fitted yet"):
         model.predict(X)
     model.fit(X, ybar, s)
     before = kt.snapshot_state(model)

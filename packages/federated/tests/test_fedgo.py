@@ -218,7 +218,7 @@ def test_aggregator_validates_before_training_and_names_the_missing_client() -> 
     with pytest.raises(KeyError, match=r"\[1\]"):
         agg.aggregate(0, [(0, st_), (1, st_)])
     assert all(torch.equal(before[k], v) for k, v in agg._student.state_dict().items())
-    with pytest.raises(ValueError, match="unlabeled must be non-empty"):
+    with pytest.raises(ValueError, match="unlabeled must not be empty"):
         FedGOAggregator(FedGOConfig(), model_fn, torch.empty(0, 2))
 
 
@@ -274,7 +274,7 @@ def test_bad_inputs_raise_clear_errors() -> None:
         ensemble_weights("median", cl, [1.0, 1.0, 1.0])
     with pytest.raises(ValueError, match="average must be"):
         ensemble_pseudo_labels(cl, torch.full((3, 5), 1 / 3), "geometric")
-    with pytest.raises(ValueError, match="unlabeled must be non-empty"):
+    with pytest.raises(ValueError, match="unlabeled must not be empty"):
         distill(make_mlp(4, 8, 3), torch.empty(0, 4), torch.empty(0, 3))
     with pytest.raises(ValueError, match="same number of classes"):
         predict_logits([make_mlp(4, 8, 3, seed=0), make_mlp(4, 8, 5, seed=0)], torch.randn(2, 4))

@@ -404,3 +404,17 @@ def test_tsvt_rejects_nan_like_fedceo_smooth() -> None:
         fd.tsvt(x, 0.1)
     with pytest.raises(ValueError, match="a must be finite"):
         fd.svt(x[..., 1], 0.1)
+
+
+# ---------------------------------------------------------------------------- issue 81 (bad input round 2)
+def test_weighted_mean_state_rejects_nan_and_mismatched_clients() -> None:
+    good = [{"w": torch.ones(2, 2), "b": torch.zeros(2)} for _ in range(2)]
+    nan = [good[0], {"w": torch.full((2, 2), float("nan")), "b": torch.zeros(2)}]
+    with pytest.raises(ValueError, match=r"^states\[1\]\['w'\] contains NaN or Inf"):
+        fd.weighted_mean_state(nan, [1.0, 1.0])
+    with pytest.raises(ValueError, match=r"^states\[1\] keys differ from states\[0\]: missing \['w'\]"):
+        fd.weighted_mean_state([good[0], {"b": torch.zeros(2)}], [1.0, 1.0])
+    with pytest.raises(ValueError, match=r"^states\[1\]\['w'\] has shape \(3, 2\), expected \(2, 2\)"):
+        fd.weighted_mean_state([good[0], {"w": torch.ones(3, 2), "b": torch.zeros(2)}], [1.0, 1.0])
+    out = fd.weighted_mean_state(good, [1.0, 3.0])
+    assert torch.equal(out["w"], torch.ones(2, 2))

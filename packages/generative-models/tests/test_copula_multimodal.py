@@ -282,7 +282,7 @@ def test_net_rejects_rows_without_any_modality_and_bad_embedding_dim() -> None:
         ValueError, match=r"encoder_a must return embeddings of shape \(B, embed_dim=4\), got \(2, 6\)"
     ):
         _net(out_dim=6)(torch.randn(2, 3), torch.randn(2, 5))
-    with pytest.raises(ValueError, match=r"x_a must be finite; got 1 NaN"):
+    with pytest.raises(ValueError, match=r"x_a must be finite \(no NaN or inf\), got 1 NaN and 0 inf values"):
         net(torch.tensor([[0.0, math.nan, 1.0]]), torch.randn(1, 5))
 
 
@@ -297,7 +297,7 @@ def test_rejects_non_positive_components(K: int) -> None:
 
 def test_rejects_unknown_family_and_bad_theta() -> None:
     with pytest.raises(
-        ValueError, match=r"family must be one of \('gumbel', 'clayton', 'frank', 'gaussian'\), got 'joe'"
+        ValueError, match=r"family must be one of \['gumbel', 'clayton', 'frank', 'gaussian'\], got 'joe'"
     ):
         CopulaJoint(2, 2, family="joe")
     with pytest.raises(ValueError, match=r"theta of the gumbel copula must be >= 1, got"):
@@ -347,10 +347,14 @@ def test_classifier_rejects_bad_X_and_keeps_state() -> None:
     with pytest.raises(ValueError, match="y must be 1-D with 120 labels"):
         est.fit(X, y[:-1])
     with pytest.raises(ValueError, match=r"X must have more than n_features_a=2 columns"):
+        est.fit(X[:, :2], y)
+    with pytest.raises(
+        ValueError, match=r"X has 2 features, but CopulaFusionClassifier is expecting 5 features"
+    ):
         est.predict(X[:, :2])
     assert kt.states_equal(before[0], kt.snapshot_state(est.net_))
     assert est.loss_history_ == before[1] and torch.equal(est.mean_, before[2])
-    with pytest.raises(ValueError, match="CopulaFusionClassifier is not fitted"):
+    with pytest.raises(ValueError, match="This CopulaFusionClassifier instance is not fitted yet"):
         CopulaFusionClassifier(n_features_a=2).predict(X)
 
 

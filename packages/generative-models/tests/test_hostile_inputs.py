@@ -2133,6 +2133,33 @@ def test_copula_classifier_rejected_fit_keeps_state() -> None:
     before = kt.snapshot_state(view)
     bad = _CM_X.copy()
     bad[1, 0] = np.inf
-    with pytest.raises(ValueError, match="X must be finite"):
+    with pytest.raises(ValueError, match="Input X contains infinity"):
         est.fit(bad, _CM_Y)
     assert kt.states_equal(before, kt.snapshot_state(view))
+
+
+# ---------------------------------------------------------------------------- issue 81 (bad input round 2)
+def test_thermalizer_noise_level_on_a_wrongly_shaped_state_names_x() -> None:
+    th = _thermalizer()  # not fitted: no event shape recorded yet, the level head decides
+    with pytest.raises(ValueError, match=r"^x of shape \(3, 5\) does not fit level_head"):
+        th.noise_level(torch.randn(3, 5))
+    fitted = _fitted_thermalizer()[2]
+    with pytest.raises(ValueError, match=r"^x must have shape \(B, 8\), got \(3, 5\)"):
+        fitted.noise_level(torch.randn(3, 5))
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf")])
+def test_field_std_must_be_positive_and_finite(bad: float) -> None:
+    with pytest.raises(ValueError, match=r"^field_std must be a finite float in \(0.0, inf\)"):
+        gm.Thermalizer(MLP(8, 8, hidden=16), MLP(8, 10, hidden=16), T=10, field_std=bad)
+    with pytest.raises(ValueError, match=r"^field_std must be a finite float in \(0.0, inf\)"):
+        gm.ResidualEmulator(MLP(8, 8, hidden=16), field_std=bad)
+    with pytest.raises(ValueError, match=r"^field_mean must be a finite float"):
+        gm.Thermalizer(MLP(8, 8, hidden=16), MLP(8, 10, hidden=16), T=10, field_mean=float("nan"))
+
+
+def test_copula_classifier_predict_before_fit_is_sklearns_not_fitted_error() -> None:
+    from sklearn.exceptions import NotFittedError
+
+    with pytest.raises(NotFittedError, match="This CopulaFusionClassifier instance is not fitted yet"):
+        gm.CopulaFusionClassifier().predict(_CM_X)

@@ -12,6 +12,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sklearn.exceptions import NotFittedError
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 from sklearn.model_selection import cross_val_score
@@ -318,13 +319,13 @@ def test_bad_input_half_precision_activations_are_cast_to_float32():
 
 def test_bad_input_scalar_parameters():
     acts = _toy()
-    with pytest.raises(ValueError, match=r"reg_coeff must be a positive finite number, got 0"):
+    with pytest.raises(ValueError, match=r"reg_coeff must be a finite float in \(0.0, inf\), got 0.0"):
         LogisticProbe(reg_coeff=0).fit(acts)
     with pytest.raises(ValueError, match=r"aggregation must be one of"):
         MeanDiffProbe(aggregation="median").fit(acts)
     with pytest.raises(ValueError, match=r"fpr must be in \(0, 1\), got 1.5"):
         threshold_at_fpr(np.arange(200.0), 1.5)
-    with pytest.raises(ValueError, match=r"MeanDiffProbe is not fitted"):
+    with pytest.raises(NotFittedError, match=r"This MeanDiffProbe instance is not fitted yet"):
         MeanDiffProbe().decision_function(acts)
 
 

@@ -235,7 +235,7 @@ def test_bad_inputs_raise_clear_errors() -> None:
     assert dps.clip_box((-3, 2, 40, 7), 10, 10) == (0, 2, 10, 7)
     with pytest.raises(ValueError, match="views must hold at least one PartialView"):
         dps.DPSConfig(views=[])
-    with pytest.raises(ValueError, match="mode must be 'crop' or 'mask', got 'blur'"):
+    with pytest.raises(ValueError, match=r"mode must be one of \['crop', 'mask'\], got 'blur'"):
         dps.CenterCrop(0.5, mode="blur")
     with pytest.raises(ValueError, match="lo, hi must satisfy"):
         dps.RandomCrop(0.6, 0.5)

@@ -164,6 +164,10 @@ for _cls in PROBES:
             arrays=("y",),
             covers=(_cls,),
             kinds=NO_DTYPE,
+            allow={
+                "extra_dim": "scikit-learn's convention (its check_supervised_y_2d): a column vector y "
+                "(n, 1) is raveled, with a DataConversionWarning"
+            },
         ),
         HostileSpec(
             f"{_cls}.fit(dialogues)",
@@ -1164,3 +1168,22 @@ def test_rejected_loss_keeps_state(cls: str) -> None:
         with pytest.raises(ValueError, match="x must"):
             model.loss(x)
     assert kt.states_equal(before, kt.snapshot_state(model))
+
+
+# ---------------------------------------------------------------------------- issue 81 (bad input round 2)
+@pytest.mark.parametrize("cls", ["LogisticProbe", "MeanDiffProbe", "LATProbe", "LDAProbe"])
+def test_probe_predict_before_fit_is_sklearns_not_fitted_error(cls: str) -> None:
+    from sklearn.exceptions import NotFittedError
+
+    probe = getattr(ip, cls)()
+    for method in (probe.predict, probe.decision_function, probe.score_tokens):
+        with pytest.raises(NotFittedError, match=f"This {cls} instance is not fitted yet"):
+            method(np.ones((3, 4)))
+
+
+@pytest.mark.parametrize(
+    ("height", "width", "bad"), [(-5, 10, "height"), (10, 0, "width"), (10.5, 10, "height")]
+)
+def test_clip_box_blames_the_image_size_argument(height: object, width: object, bad: str) -> None:
+    with pytest.raises((ValueError, TypeError), match=rf"^{bad} must be an int >= 1, got"):
+        ip.clip_box((0, 0, 3, 3), height, width)  # type: ignore[arg-type]

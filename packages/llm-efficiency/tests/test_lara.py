@@ -484,14 +484,14 @@ def test_router_bad_inputs_leave_a_fitted_router_unchanged():
         router.fit(x, lc, rag[:-1])
     with pytest.raises(ValueError, match=r"lc_correct must hold both outcomes.*got only 1"):
         router.fit(x, np.ones_like(lc), rag)
-    with pytest.raises(ValueError, match="features must be finite"):
+    with pytest.raises(ValueError, match="Input features contains NaN"):
         router.fit(np.where(x > 2, np.nan, x), lc, rag)
     with pytest.raises(ValueError, match="must hold only 0/1"):
         router.fit(x, lc * 2, rag)
     np.testing.assert_array_equal(router.predict_gain(x), before)
     with pytest.raises(ValueError, match="features must have 3 columns"):
         router.predict(x[:, :2])
-    with pytest.raises(ValueError, match="RagLcRouter is not fitted"):
+    with pytest.raises(ValueError, match="This RagLcRouter instance is not fitted yet"):
         RagLcRouter().predict(x)
 
 

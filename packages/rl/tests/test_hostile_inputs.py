@@ -109,7 +109,9 @@ EXCLUDED = {
 # P43 SF-LSVI (Bellman unbiasedness): moment/quantile targets, exact DP, the tabular and linear agents.
 _P43_P = np.array([[[0.3, 0.7], [1.0, 0.0]], [[0.5, 0.5], [0.2, 0.8]]])
 _P43_PI = np.array([[[1.0, 0.0], [0.4, 0.6]], [[0.9, 0.1], [0.0, 1.0]]])
-_P43_RM = np.array([[[0.5, 0.3, 0.2], [0.1, 0.1, 0.1]], [[0.9, 0.8, 0.7], [0.0, 0.0, 0.0]]])
+_P43_RM = np.array(
+    [[[0.5, 0.3, 0.2], [0.1, 0.1, 0.1]], [[0.9, 0.85, 0.8], [0.0, 0.0, 0.0]]]
+)  # E[r^2] >= E[r]^2
 _P43_EPISODE = [(0, 1, 0.5, 1, False), (1, 0, 0.25, 0, False)]
 P43_BATCH = "an empty batch gives an empty batch"
 P43_VALID = "any finite moments (or rewards) are a valid input: the expansion is exact arithmetic"
@@ -178,7 +180,7 @@ SPECS += [
         rl.exact_return_moments,
         {"P": _P43_P, "R_moments": _P43_RM, "pi": _P43_PI, "H": 2},
         ("P", "R_moments", "pi"),
-        {"R_moments:constant": P43_VALID},
+        {"R_moments:constant": "constant moments c with c >= c^2 (those of a reward in {0, 1}) are valid"},
     ),
     HostileSpec(
         "optimal_policy",
@@ -506,3 +508,66 @@ def test_hostile_inputs(spec: HostileSpec) -> None:
 
 def test_registry_covers_public_api() -> None:
     print("icml25.rl covers", kt.assert_covers(rl, SPECS, EXCLUDED))
+
+
+# ---------------------------------------------------------------------------- issue 81 (bad input round 2)
+def test_grid_maze_step_rejects_non_integer_actions_and_needs_reset() -> None:
+    import gymnasium as gym
+
+    env = rl.GridMaze("snake7")
+    with pytest.raises(gym.error.ResetNeeded, match=r"step\(\) called before reset\(\)"):
+        env.step(0)
+    env.reset(seed=0)
+    for bad in (1.5, True, np.array([1]), "1"):
+        with pytest.raises(TypeError, match=r"^action must be an int in \[0, 3\], got"):
+            env.step(bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^action must be an int in \[0, 3\], got 4"):
+        env.step(4)
+    env.step(np.int64(1))
+    env.step(np.array(2))  # a 0-d integer array, as Discrete(4).contains accepts
+
+
+def test_multi_scale_retention_checks_its_form_and_documents_nan() -> None:
+    kappa = torch.tensor([0.9, 0.5])
+    with pytest.raises(ValueError, match=r"^embed_dim must be an int >= 1, got 0"):
+        rl.MultiScaleRetention(0, 2, kappa, causal_agents=True)
+    m = rl.MultiScaleRetention(8, 2, kappa, causal_agents=True)
+    x = torch.randn(2, 6, 8)
+    with pytest.raises(ValueError, match=r"^key must have shape \(\*, \*, 8\)"):
+        m(torch.randn(2, 6, 4), x, x, n_agents=3)
+    with pytest.raises(TypeError, match=r"^key must be a torch.float32 tensor .* got torch.float64"):
+        m(x.double(), x, x, n_agents=3)
+    with pytest.raises(ValueError, match=r"^value must have the shape of key"):
+        m(x, x, x[:, :3], n_agents=3)
+    bad = x.clone()
+    bad[0, 0, 0] = float("nan")
+    y, _state = m(bad, bad, bad, n_agents=3)  # documented: values are not checked, NaN propagates
+    assert torch.isnan(y[0]).any() and torch.isfinite(y[1]).all()
+
+
+def test_delayed_cue_actions_out_of_range_name_the_values() -> None:
+    env = rl.DelayedCueEnv(2, 3, 4)
+    env.reset()
+    with pytest.raises(ValueError, match=r"^actions must be integers in \{0, 1\}, got values in \[0, 7\]"):
+        env.step(np.array([[0, 7, 0], [0, 0, 0]]))
+    with pytest.raises(TypeError, match=r"^actions must be an integer array"):
+        env.step(np.zeros((2, 3)))
+    assert "Not a ``gymnasium.Env``" in (rl.DelayedCueEnv.__doc__ or "")
+    pytest.importorskip("pettingzoo")
+    from icml25.rl.sable.pettingzoo_env import DelayedCueParallelEnv
+
+    par = DelayedCueParallelEnv(2, 3)
+    par.reset(seed=0)
+    with pytest.raises(ValueError, match=r"^actions\['agent_0'\] must be an int in \[0, 1\], got 7"):
+        par.step({"agent_0": 7, "agent_1": 0})
+    with pytest.raises(TypeError, match=r"^actions\['agent_1'\] must be an int in \[0, 1\], got float 1.0"):
+        par.step({"agent_0": 0, "agent_1": 1.0})
+
+
+def test_exact_return_moments_rejects_impossible_reward_moments() -> None:
+    rm = np.zeros((2, 2, 2))
+    rm[..., 0], rm[..., 1] = 0.5, 0.1  # E[r^2] = 0.1 < E[r]^2 = 0.25
+    with pytest.raises(
+        ValueError, match=r"^R_moments must be moments of a real reward \(E\[r\^2\] >= E\[r\]\^2\)"
+    ):
+        rl.exact_return_moments(np.full((2, 2, 2), 0.5), rm, np.zeros((2, 2), dtype=np.int64), 2)

@@ -35,6 +35,7 @@ __all__ = [
     "check_float",
     "check_int",
     "check_same_length",
+    "check_sklearn_array",
     "check_tensor",
 ]
 
@@ -210,7 +211,10 @@ def check_tensor(
     if not value.numel():
         return value
     if finite and (value.is_floating_point() or value.is_complex()) and not bool(torch.isfinite(value).all()):
-        raise ValueError(f"{name} must be finite (no NaN or inf), got {what} with non-finite entries")
+        n_nan, n_inf = int(torch.isnan(value).sum()), int(torch.isinf(value).sum())
+        raise ValueError(
+            f"{name} must be finite (no NaN or inf), got {n_nan} NaN and {n_inf} inf values in {what}"
+        )
     if max_abs is not None:
         peak = float(value.detach().abs().max())
         if peak > max_abs:
@@ -251,7 +255,10 @@ def check_array(
     if non_empty and arr.size == 0:
         raise ValueError(f"{name} must not be empty, got {what}")
     if finite and arr.size and arr.dtype.kind in "fc" and not np.isfinite(arr).all():
-        raise ValueError(f"{name} must be finite (no NaN or inf), got {what} with non-finite entries")
+        n_nan, n_inf = int(np.isnan(arr).sum()), int(np.isinf(arr).sum())
+        raise ValueError(
+            f"{name} must be finite (no NaN or inf), got {n_nan} NaN and {n_inf} inf values in {what}"
+        )
     return arr
 
 
@@ -269,6 +276,32 @@ def check_same_length(values: Mapping[str, Any], *, axis: int = 0) -> int:
         listed = ", ".join(f"{k} has {n}" for k, n in lengths.items())
         raise ValueError(f"{' and '.join(lengths)} must have the same length along axis {axis}: {listed}")
     return next(iter(lengths.values()), 0)
+
+
+def check_sklearn_array(value: object, name: str, *, estimator: object = None, **kwargs: Any) -> Any:
+    """``value`` through scikit-learn's ``check_array`` (``input_name=name``), every error naming ``name``.
+
+    For estimators that follow scikit-learn's conventions (its ``check_estimator`` expects its own messages:
+    "Complex data not supported", "Reshape your data", "0 feature(s) ... is required", sparse input refused
+    unless ``accept_sparse``): the messages are scikit-learn's, prefixed with ``name:`` where they do not
+    already name it. A ``torch.Tensor`` is converted with ``.detach().cpu().numpy()`` first. ``kwargs`` go
+    to ``check_array`` (``dtype``, ``ensure_2d``, ``ensure_all_finite``, ``ensure_min_features``, ...).
+    Needs scikit-learn (imported here, lazily).
+
+    Raises:
+        TypeError, ValueError: as ``check_array`` does, with ``name`` in the message.
+    """
+    validation = importlib.import_module("sklearn.utils.validation")
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu().numpy()
+    try:
+        return validation.check_array(value, input_name=name, estimator=estimator, **kwargs)
+    except (TypeError, ValueError) as err:
+        text = str(err)
+        if name in text:
+            raise
+        kind = TypeError if isinstance(err, TypeError) and not isinstance(err, ValueError) else ValueError
+        raise kind(f"{name}: {text}") from None
 
 
 class _NotFittedError(ValueError, AttributeError):

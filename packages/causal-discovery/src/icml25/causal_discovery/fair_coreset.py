@@ -764,6 +764,12 @@ class FairCoreset:
     ``coreset_`` (:class:`Coreset`), ``indices_``, ``weights_``, ``groups_`` (its entries), ``centers_`` (the
     constant-factor centres), ``labels_`` (every input point's cluster among them), ``n_strong_queries_`` and
     ``n_weak_queries_``. A rejected ``fit`` leaves a fitted builder unchanged.
+
+    Deliberately not a ``sklearn.base.BaseEstimator``: the points are not a feature matrix but indices into
+    two distance oracles (``strong`` and ``weak``, keyword-only and required, the query counts being the
+    paper's cost), and there is no ``y``, ``predict`` or ``transform``. scikit-learn's estimator checks
+    (``check_estimator``), which fit on ``(X, y)`` arrays, therefore do not apply; the parameter protocol
+    (``get_params``/``set_params``, hence ``clone`` and ``GridSearchCV``-style parameter handling) is kept.
     """
 
     def __init__(

@@ -31,7 +31,6 @@ Contents:
 from __future__ import annotations
 
 import itertools
-import math
 import numbers
 import warnings
 from collections.abc import Callable, Sequence
@@ -41,10 +40,16 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from sklearn.base import BaseEstimator, ClassifierMixin
-from sklearn.exceptions import NotFittedError
 from torch import nn
 
-from icml25.kernels.checks import check_choice, check_int
+from icml25.kernels.checks import (
+    check_array,
+    check_choice,
+    check_fitted,
+    check_float,
+    check_int,
+    check_sklearn_array,
+)
 from icml25.kernels.rng import isolated_rng, make_generator
 
 __all__ = [
@@ -67,18 +72,6 @@ _X_MAX = 1e15
 
 
 # ------------------------------------------------------------------------------------------ validation
-def _check_float(value: object, name: str, low: float, high: float, *, low_open: bool = False,
-                 high_open: bool = False) -> float:  # fmt: skip
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a float, got {type(value).__name__} {value!r}")
-    v = float(value)
-    ok = math.isfinite(v) and (v > low if low_open else v >= low) and (v < high if high_open else v <= high)
-    if not ok:
-        lo, hi = "(" if low_open else "[", ")" if high_open else "]"
-        raise ValueError(f"{name} must be a finite float in {lo}{low}, {high}{hi}, got {value!r}")
-    return v
-
-
 def _as_numpy(value: object, name: str) -> np.ndarray:
     if isinstance(value, torch.Tensor):
         return value.detach().cpu().numpy()
@@ -89,27 +82,20 @@ def _as_numpy(value: object, name: str) -> np.ndarray:
 
 
 def _check_float_matrix(value: object, name: str, n_cols: int | None = None) -> np.ndarray:
-    a = _as_numpy(value, name)
-    if a.dtype.kind not in "biuf":
-        raise TypeError(f"{name} must be a numeric 2-D array, got dtype {a.dtype}")
-    if a.ndim != 2:
-        raise ValueError(f"{name} must be a 2-D array (n_samples, n_features), got shape {a.shape}")
-    if a.shape[0] == 0 or a.shape[1] == 0:
-        raise ValueError(f"{name} must be non-empty, got shape {a.shape}")
-    a = a.astype(np.float64)
-    bad = ~np.isfinite(a)
-    if bad.any():
-        raise ValueError(
-            f"{name} must be finite; got {int(np.isnan(a).sum())} NaN and {int(np.isinf(a).sum())} Inf values "
-            f"in an array of shape {a.shape}"
-        )
+    a = check_array(_as_numpy(value, name), name, ndim=2, dtype=("float", "int", "bool"), non_empty=True)
     if n_cols is not None and a.shape[1] != n_cols:
         raise ValueError(f"{name} must have {n_cols} columns, got shape {a.shape}")
-    return a
+    return a.astype(np.float64)
 
 
-def _check_X(X: object, name: str = "X", n_features: int | None = None) -> np.ndarray:
-    a = _check_float_matrix(X, name, n_features)
+def _check_X(
+    X: object, name: str = "X", n_features: int | None = None, estimator: object = None
+) -> np.ndarray:
+    """``X`` as a float64 ``(n_samples, n_features)`` matrix, through scikit-learn's ``check_array`` (its
+    messages, naming ``name``: dense, numeric, 2-D, non-empty, finite) and a magnitude bound."""
+    a = np.asarray(check_sklearn_array(X, name, estimator=estimator, dtype="numeric"), dtype=np.float64)
+    if n_features is not None and a.shape[1] != n_features:
+        raise ValueError(f"{name} must have {n_features} columns, got shape {a.shape}")
     peak = float(np.abs(a).max())
     if peak > _X_MAX:
         raise ValueError(f"{name} must have max |x| <= {_X_MAX:g} (float32 training overflows), got {peak:g}")
@@ -198,8 +184,8 @@ def make_tfl(
         ``(ybar, s)``: int64 ``(n,)`` candidate classes and bool ``(n,)`` answers.
     """
     K = check_int(n_classes, "n_classes", low=2)
-    acc = _check_float(annotator_acc, "annotator_acc", 0.0, 1.0)
-    thr = _check_float(threshold, "threshold", 0.0, 1.0)
+    acc = check_float(annotator_acc, "annotator_acc", low=0.0, high=1.0)
+    thr = check_float(threshold, "threshold", low=0.0, high=1.0)
     if seed is not None:
         check_int(seed, "seed", low=0)
     if callable(oracle):
@@ -252,7 +238,7 @@ def sharpen_prior(prior: torch.Tensor, temperature: float) -> torch.Tensor:
         raise ValueError(
             f"prior must be finite and non-negative, got invalid values in shape {tuple(prior.shape)}"
         )
-    T = _check_float(temperature, "temperature", 0.0, math.inf, high_open=True)
+    T = check_float(temperature, "temperature", low=0.0)
     if T == 0.0:
         return F.one_hot(prior.argmax(dim=-1), prior.shape[-1]).to(prior.dtype)
     if T == 1.0:
@@ -317,7 +303,7 @@ def tfl_rc_loss(
     if not isinstance(normalize, (bool, np.bool_)):
         raise TypeError(f"normalize must be a bool, got {type(normalize).__name__}")
     reduction = check_choice(reduction, "reduction", REDUCTIONS)
-    eps = _check_float(eps, "eps", 0.0, 1.0, low_open=True, high_open=True)
+    eps = check_float(eps, "eps", low=0.0, high=1.0, low_open=True, high_open=True)
     yb, sb, p = _check_loss_inputs(logits, ybar, s, prior)
     log_q = torch.log_softmax(logits, dim=-1)  # (n, K); CE(f(x), i) = -log_q[:, i]
     ce_bar = -log_q.gather(1, yb[:, None]).squeeze(1)
@@ -474,29 +460,24 @@ class TFLClassifier(ClassifierMixin, BaseEstimator):
             "hidden": hidden,
             "loss": check_choice(self.loss, "loss", LOSSES),
             "reduction": check_choice(self.reduction, "reduction", ("mean", "official")),
-            "prior_weight": _check_float(self.prior_weight, "prior_weight", 0.0, 1.0),
-            "prior_temperature": _check_float(self.prior_temperature, "prior_temperature", 0.0, 1e6),
-            "model_temperature": _check_float(
-                self.model_temperature, "model_temperature", 0.0, 1e12, low_open=True
+            "prior_weight": check_float(self.prior_weight, "prior_weight", low=0.0, high=1.0),
+            "prior_temperature": check_float(self.prior_temperature, "prior_temperature", low=0.0, high=1e6),
+            "model_temperature": check_float(
+                self.model_temperature, "model_temperature", low=0.0, high=1e12, low_open=True
             ),
-            "eps": _check_float(self.eps, "eps", 0.0, 1.0, low_open=True, high_open=True),
+            "eps": check_float(self.eps, "eps", low=0.0, high=1.0, low_open=True, high_open=True),
             "epochs": check_int(self.epochs, "epochs", low=1),
             "batch_size": check_int(self.batch_size, "batch_size", low=1),
-            "lr": _check_float(self.lr, "lr", 0.0, 10.0, low_open=True),
-            "weight_decay": _check_float(self.weight_decay, "weight_decay", 0.0, 10.0),
+            "lr": check_float(self.lr, "lr", low=0.0, high=10.0, low_open=True),
+            "weight_decay": check_float(self.weight_decay, "weight_decay", low=0.0, high=10.0),
             "n_classes": None if self.n_classes is None else check_int(self.n_classes, "n_classes", low=2),
         }
-
-    def _check_fitted(self) -> None:
-        if not hasattr(self, "coefs_"):
-            # NotFittedError is a ValueError (the house form) and an AttributeError (hasattr(est, "model_")).
-            raise NotFittedError(f"{type(self).__name__} is not fitted: call fit(...) first")
 
     @property
     def model_(self) -> nn.Sequential:
         """The fitted network as a fresh torch module (float32, eval mode), built from ``coefs_`` /
         ``intercepts_``."""
-        self._check_fitted()
+        check_fitted(self, "coefs_")  # NotFittedError: a ValueError and an AttributeError
         model = _mlp(
             self.coefs_[0].shape[0], [c.shape[1] for c in self.coefs_[:-1]], self.coefs_[-1].shape[1]
         )
@@ -528,10 +509,14 @@ class TFLClassifier(ClassifierMixin, BaseEstimator):
             ``self``. Every input is validated before any fitted attribute changes.
         """
         params = self._checked_params()
-        Xa = _check_X(X)
+        Xa = _check_X(X, estimator=self)
         n = Xa.shape[0]
         ya = _as_numpy(y, "y")
         if s is None:
+            if y is None:
+                raise ValueError(
+                    "y must be given: TFLClassifier requires y to be passed, but the target y is None"
+                )
             if ya.ndim != 2 or ya.shape[1] != 2:
                 raise ValueError(
                     f"y must be (n, 2) columns [ybar, s] when s is not given, got shape {ya.shape}"
@@ -551,7 +536,13 @@ class TFLClassifier(ClassifierMixin, BaseEstimator):
             raw = prior(Xa) if callable(prior) else prior
             P = _check_prior(raw, "prior", n, K)
             K = P.shape[1]
-        yb = _check_labels(ya, "y (ybar)", n, K)
+        yb = _check_labels(ya, "y (ybar)", n, None if P is not None else K)
+        if P is not None and int(yb.max()) >= K:
+            raise ValueError(
+                f"prior must have one column per class: y (ybar) holds class {int(yb.max())}, so K >= "
+                f"{int(yb.max()) + 1}, but the prior{' callable' if callable(prior) else ''} gave shape {P.shape} "
+                f"(or y (ybar) must hold class indices in [0, {K}))"
+            )
         if K is None:
             K = int(yb.max()) + 1
             if K < 2:
@@ -622,8 +613,8 @@ class TFLClassifier(ClassifierMixin, BaseEstimator):
     # -------------------------------------------------------------------------------- predict
     def decision_function(self, X: np.ndarray) -> np.ndarray:
         """Logits ``(n, K)``."""
-        self._check_fitted()
-        h = _check_X(X, n_features=self.n_features_in_)
+        check_fitted(self, "coefs_")  # NotFittedError: a ValueError and an AttributeError
+        h = _check_X(X, n_features=self.n_features_in_, estimator=self)
         for i, (W, b) in enumerate(zip(self.coefs_, self.intercepts_)):
             h = h @ W + b
             if i < len(self.coefs_) - 1:
@@ -720,7 +711,7 @@ def retrieve_text_prompts(
     e = _check_emb(prompt_emb, "prompt_emb", ndim=1)
     T = _check_emb(class_text_emb, "class_text_emb", dim=e.shape[0])
     t = check_int(n_prompts, "n_prompts", low=1)
-    frac = _check_float(top_fraction, "top_fraction", 0.0, 1.0, low_open=True)
+    frac = check_float(top_fraction, "top_fraction", low=0.0, high=1.0, low_open=True)
     K = T.shape[0]
     if t >= K:
         t = max(1, int(0.2 * K))

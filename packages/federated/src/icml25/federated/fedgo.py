@@ -32,10 +32,10 @@ import torch
 from torch import Tensor, nn
 
 from icml25.federated.data import FederatedData
-from icml25.federated.fedceo import FedAvgAggregator, _check_uploads
+from icml25.federated.fedceo import FedAvgAggregator, _check_uploads, _validate_states
 from icml25.federated.server import FederatedServer
 from icml25.federated.training import Adam, make_mlp, seed_generator
-from icml25.kernels.checks import check_int
+from icml25.kernels.checks import check_float, check_int, check_tensor
 from icml25.kernels.rng import isolated_rng
 
 __all__ = [
@@ -65,23 +65,6 @@ WEIGHTINGS = ("fedgo", "uniform", "size", "entropy", "oracle")
 # ------------------------------------------------------------------------------------------ validation
 
 
-def _check_tensor(name: str, x: object, ndim: int, *, floating: bool = True) -> Tensor:
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor with {ndim} dimensions, got {type(x).__name__}")
-    if x.ndim != ndim:
-        raise ValueError(f"{name} must have {ndim} dimensions, got shape {tuple(x.shape)}")
-    if floating and not x.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
-    if x.numel() == 0:
-        raise ValueError(f"{name} must be non-empty, got shape {tuple(x.shape)}")
-    if floating and not bool(torch.isfinite(x).all()):
-        raise ValueError(
-            f"{name} must be finite; got {int(torch.isnan(x).sum())} NaN and {int(torch.isinf(x).sum())} Inf "
-            f"values in a tensor of shape {tuple(x.shape)}"
-        )
-    return x
-
-
 def _check_n_samples(n_samples: object, k: int | None = None) -> Tensor:
     n = torch.as_tensor(n_samples) if not isinstance(n_samples, Tensor) else n_samples
     if n.ndim != 1 or n.numel() == 0:
@@ -96,12 +79,6 @@ def _check_n_samples(n_samples: object, k: int | None = None) -> Tensor:
     if k is not None and n.numel() != k:
         raise ValueError(f"n_samples must have one entry per client (K={k}), got {n.numel()}")
     return n
-
-
-def _check_positive(name: str, v: object, *, allow_zero: bool = False) -> None:
-    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-    if not ok or (v < 0 if allow_zero else v <= 0):
-        raise ValueError(f"{name} must be a finite number {'>=' if allow_zero else '>'} 0, got {v!r}")
 
 
 # ----------------------------------------------------------------------------------------- weighting
@@ -129,7 +106,7 @@ def fedgo_weights(
     Returns:
         ``[K, B]`` non-negative weights; every column sums to 1.
     """
-    ell = _check_tensor("disc_logits", disc_logits, 2)
+    ell = check_tensor(disc_logits, "disc_logits", ndim=2, non_empty=True)
     n = _check_n_samples(n_samples, ell.shape[0])
     ell = ell.double()
     if from_probs:
@@ -145,7 +122,7 @@ def fedgo_weights(
             )
         ell = torch.logit(ell.clamp(eps, 1 - eps))
     if logit_clip is not None:
-        _check_positive("logit_clip", logit_clip)
+        check_float(logit_clip, "logit_clip", low=0.0, low_open=True)
         ell = ell.clamp(-logit_clip, logit_clip)
     return torch.softmax(ell + n.log()[:, None], dim=0).to(disc_logits.dtype)
 
@@ -179,14 +156,14 @@ def ensemble_weights(
     """
     if weighting not in WEIGHTINGS:
         raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {weighting!r}")
-    cl = _check_tensor("client_logits", client_logits, 3)
+    cl = check_tensor(client_logits, "client_logits", ndim=3, non_empty=True)
     k, b = cl.shape[:2]
     n = _check_n_samples(n_samples, k)
     if weighting in ("fedgo", "oracle"):
         name, extra = ("disc_logits", disc_logits) if weighting == "fedgo" else ("log_density", log_density)
         if extra is None:
             raise ValueError(f"weighting={weighting!r} needs {name} [K, B], got None")
-        extra = _check_tensor(name, extra, 2)
+        extra = check_tensor(extra, name, ndim=2, non_empty=True)
         if tuple(extra.shape) != (k, b):
             raise ValueError(
                 f"{name} must have shape [K, B] = {(k, b)} like client_logits, got {tuple(extra.shape)}"
@@ -213,8 +190,8 @@ def ensemble_pseudo_labels(client_logits: Tensor, weights: Tensor, average: str 
     """
     if average not in ("prob", "logit"):
         raise ValueError(f"average must be 'prob' or 'logit', got {average!r}")
-    cl = _check_tensor("client_logits", client_logits, 3)
-    w = _check_tensor("weights", weights, 2)
+    cl = check_tensor(client_logits, "client_logits", ndim=3, non_empty=True)
+    w = check_tensor(weights, "weights", ndim=2, non_empty=True)
     if tuple(w.shape) != tuple(cl.shape[:2]):
         raise ValueError(
             f"weights must have shape [K, B] = {tuple(cl.shape[:2])} like client_logits, got {tuple(w.shape)}"
@@ -231,7 +208,7 @@ def ensemble_pseudo_labels(client_logits: Tensor, weights: Tensor, average: str 
 
 def weight_entropy(weights: Tensor) -> float:
     """Mean over samples of the entropy (nats) of the client weights ``[K, B]`` (0: one client per sample)."""
-    w = _check_tensor("weights", weights, 2).double().clamp_min(1e-300)
+    w = check_tensor(weights, "weights", ndim=2, non_empty=True).double().clamp_min(1e-300)
     return float(-(w * w.log()).sum(0).mean())
 
 
@@ -240,7 +217,7 @@ def weight_entropy(weights: Tensor) -> float:
 
 def client_moments(x: Tensor) -> tuple[int, Tensor, Tensor]:
     """What a client uploads for a federated Gaussian generator: ``(n, Σ x [d], Σ x xᵀ [d, d])`` (float64)."""
-    x = _check_tensor("x", x, 2).double()
+    x = check_tensor(x, "x", ndim=2, non_empty=True).double()
     return int(x.shape[0]), x.sum(0), x.T @ x
 
 
@@ -255,7 +232,7 @@ class GaussianGenerator:
     """
 
     def __init__(self, ridge: float = 1e-3) -> None:
-        _check_positive("ridge", ridge)
+        check_float(ridge, "ridge", low=0.0, low_open=True)
         self.ridge = float(ridge)
         self.mean: Tensor | None = None
         self.cov: Tensor | None = None
@@ -267,7 +244,7 @@ class GaussianGenerator:
 
     def fit(self, x: Tensor) -> GaussianGenerator:
         """Maximum-likelihood mean and covariance of ``x [n, d]`` (n >= 2)."""
-        x = _check_tensor("x", x, 2).double()
+        x = check_tensor(x, "x", ndim=2, non_empty=True).double()
         if x.shape[0] < 2:
             raise ValueError(f"x must hold at least 2 samples to fit a covariance, got {x.shape[0]}")
         mean = x.mean(0)
@@ -295,8 +272,8 @@ class GaussianGenerator:
 
     def set_params(self, mean: Tensor, cov: Tensor) -> GaussianGenerator:
         """Set ``mean [d]`` and a symmetric positive-definite ``cov [d, d]`` (e.g. received over the wire)."""
-        mean = _check_tensor("mean", mean, 1).double()
-        cov = _check_tensor("cov", cov, 2).double()
+        mean = check_tensor(mean, "mean", ndim=1, non_empty=True).double()
+        cov = check_tensor(cov, "cov", ndim=2, non_empty=True).double()
         if tuple(cov.shape) != (mean.numel(), mean.numel()):
             raise ValueError(f"cov must be [d, d] with d={mean.numel()}, got {tuple(cov.shape)}")
         chol, info = torch.linalg.cholesky_ex(cov)
@@ -327,7 +304,7 @@ class GaussianGenerator:
     def log_prob(self, x: Tensor) -> Tensor:
         """``[n]`` log-density of ``x [n, d]``."""
         mean, chol = self._fitted()
-        x = _check_tensor("x", x, 2)
+        x = check_tensor(x, "x", ndim=2, non_empty=True)
         if x.shape[1] != mean.numel():
             raise ValueError(f"x must have d={mean.numel()} features, got {x.shape[1]}")
         z = torch.linalg.solve_triangular(chol, (x.double() - mean).T, upper=False)
@@ -358,7 +335,7 @@ def make_discriminator(n_in: int, hidden: int = 64, *, seed: int | None = None) 
 
 
 def _check_xy(x: object, y: object | None = None) -> None:
-    _check_tensor("x", x, 2)
+    check_tensor(x, "x", ndim=2, non_empty=True)
     if y is not None:
         if not isinstance(y, Tensor) or y.ndim != 1 or y.shape[0] != x.shape[0] or y.is_floating_point():  # type: ignore[union-attr]
             raise ValueError(
@@ -385,7 +362,7 @@ def fit_classifier(
     _check_xy(x, y)
     check_int(epochs, "epochs", low=1)
     check_int(batch_size, "batch_size", low=1)
-    _check_positive("lr", lr)
+    check_float(lr, "lr", low=0.0, low_open=True)
     g = seed_generator(seed)
     opt = Adam(model.parameters(), lr=lr)
     model.train()
@@ -421,11 +398,11 @@ def train_discriminator(
         epochs, lr, weight_decay, batch_size: optimiser settings.
         seed: seeds the batches and the generator draws.
     """
-    x = _check_tensor("local_x", local_x, 2)
+    x = check_tensor(local_x, "local_x", ndim=2, non_empty=True)
     check_int(epochs, "epochs", low=1)
     check_int(batch_size, "batch_size", low=1)
-    _check_positive("lr", lr)
-    _check_positive("weight_decay", weight_decay, allow_zero=True)
+    check_float(lr, "lr", low=0.0, low_open=True)
+    check_float(weight_decay, "weight_decay", low=0.0)
     if not callable(generator):
         raise TypeError(
             f"generator must be callable (m, generator=) -> [m, d], got {type(generator).__name__}"
@@ -456,7 +433,7 @@ def train_discriminator(
 @torch.no_grad()
 def discriminator_logits(discriminators: Sequence[nn.Module], x: Tensor) -> Tensor:
     """``[K, B]`` pre-sigmoid outputs of K discriminators on ``x [B, d]`` (eval mode)."""
-    x = _check_tensor("x", x, 2)
+    x = check_tensor(x, "x", ndim=2, non_empty=True)
     if len(discriminators) == 0:
         raise ValueError("discriminators must hold at least one module, got 0")
     out = []
@@ -474,7 +451,7 @@ def discriminator_logits(discriminators: Sequence[nn.Module], x: Tensor) -> Tens
 @torch.no_grad()
 def predict_logits(models: Sequence[nn.Module], x: Tensor) -> Tensor:
     """``[K, B, C]`` logits of K classifiers on ``x [B, d]`` (eval mode); they must agree on C."""
-    x = _check_tensor("x", x, 2)
+    x = check_tensor(x, "x", ndim=2, non_empty=True)
     if len(models) == 0:
         raise ValueError("models must hold at least one client model, got 0")
     out = []
@@ -511,8 +488,8 @@ def distill(
         steps, lr, batch_size: Adam steps on random mini-batches (FedDF's optimiser).
         seed: seeds the mini-batches.
     """
-    u = _check_tensor("unlabeled", unlabeled, 2)
-    q = _check_tensor("targets", targets, 2)
+    u = check_tensor(unlabeled, "unlabeled", ndim=2, non_empty=True)
+    q = check_tensor(targets, "targets", ndim=2, non_empty=True)
     if q.shape[0] != u.shape[0]:
         raise ValueError(f"targets must be [n, C] with n = {u.shape[0]} (unlabeled), got {tuple(q.shape)}")
     if bool((q < 0).any()) or not torch.allclose(
@@ -521,7 +498,7 @@ def distill(
         raise ValueError("targets must be probability vectors (non-negative rows summing to 1)")
     check_int(steps, "steps", low=1)
     check_int(batch_size, "batch_size", low=1)
-    _check_positive("lr", lr)
+    check_float(lr, "lr", low=0.0, low_open=True)
     g = seed_generator(seed, 2)
     opt = Adam(student.parameters(), lr=lr)
     student.train()
@@ -540,7 +517,12 @@ def distill(
 
 
 def weighted_mean_state(states: Sequence[Mapping[str, Tensor]], n_samples: Sequence[float]) -> State:
-    """FedAvg ``Σ n_k θ_k / Σ n_k`` of every floating tensor (non-float buffers from client 0)."""
+    """FedAvg ``Σ n_k θ_k / Σ n_k`` of every floating tensor (non-float buffers from client 0).
+
+    Raises ``ValueError`` when the clients' states differ in keys or shapes or hold NaN/Inf (a client's
+    non-finite parameter would make the average non-finite), ``TypeError`` for a non-tensor entry.
+    """
+    _validate_states(states, name="states")  # same keys and shapes in every client, finite floats
     n = _check_n_samples(torch.as_tensor([float(v) for v in n_samples]), len(states))
     w = n / n.sum()
     out: State = {}
@@ -589,10 +571,10 @@ class FedGOConfig:
         for name in ("distill_steps", "distill_batch", "n_synthetic", "disc_hidden", "disc_epochs"):
             check_int(getattr(self, name), name, low=1)
         for name in ("distill_lr", "disc_lr"):
-            _check_positive(name, getattr(self, name))
-        _check_positive("disc_weight_decay", self.disc_weight_decay, allow_zero=True)
+            check_float(getattr(self, name), name, low=0.0, low_open=True)
+        check_float(self.disc_weight_decay, "disc_weight_decay", low=0.0)
         if self.logit_clip is not None:
-            _check_positive("logit_clip", self.logit_clip)
+            check_float(self.logit_clip, "logit_clip", low=0.0, low_open=True)
 
 
 class FedGOAggregator(FedAvgAggregator):
@@ -631,7 +613,7 @@ class FedGOAggregator(FedAvgAggregator):
         if not callable(model_fn):
             raise TypeError(f"model_fn must be callable () -> nn.Module, got {type(model_fn).__name__}")
         if unlabeled is not None:
-            _check_tensor("unlabeled", unlabeled, 2)
+            check_tensor(unlabeled, "unlabeled", ndim=2, non_empty=True)
         self.config, self.model_fn, self.seed = config, model_fn, seed
         self.unlabeled = unlabeled
         self.disc_fn = disc_fn

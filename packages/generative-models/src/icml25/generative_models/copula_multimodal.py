@@ -37,9 +37,19 @@ from typing import Literal
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils import column_or_1d
+from sklearn.utils.multiclass import check_classification_targets
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from icml25.kernels.checks import (
+    check_choice,
+    check_fitted,
+    check_float,
+    check_int,
+    check_sklearn_array,
+    check_tensor,
+)
 from icml25.kernels.optim import Adam
 from icml25.kernels.rng import isolated_rng, make_generator
 
@@ -63,56 +73,13 @@ _GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(32)
 
 
 # ----------------------------------------------------------------------------------------- validation
-def _check_int(value: object, name: str, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int >= {low}, got {type(value).__name__} {value!r}")
-    if int(value) < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {int(value)}")
-    return int(value)
-
-
-def _check_float(value: object, name: str, low: float | None = None, strict: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
-    v = float(value)
-    bad = not math.isfinite(v) or (low is not None and (v < low or (strict and v == low)))
-    if bad:
-        bound = "" if low is None else f" {'>' if strict else '>='} {low:g}"
-        raise ValueError(f"{name} must be a finite number{bound}, got {value!r}")
-    return v
-
-
-def _check_choice(value: object, name: str, choices: tuple[str, ...]) -> str:
-    if not isinstance(value, str) or value not in choices:
-        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
-    return value
-
-
-def _check_tensor(x: object, name: str, dim: int | None = None, ndim: int = 2) -> Tensor:
-    """A finite, non-empty floating tensor of ``ndim`` dims whose last axis has ``dim`` entries."""
+def _float_tensor(x: object, name: str, dim: int | None = None, ndim: int = 2) -> Tensor:
+    """A finite, non-empty floating tensor of ``ndim`` dims whose last axis has ``dim`` entries (a NumPy array is
+    converted), with ``|values| <= 1e15``."""
     if isinstance(x, np.ndarray):
         x = torch.from_numpy(x)
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if not x.dtype.is_floating_point:
-        raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
-    if x.dim() != ndim:
-        raise ValueError(f"{name} must have {ndim} dims (batch, dim), got shape {tuple(x.shape)}")
-    if x.numel() == 0:
-        raise ValueError(f"{name} must be non-empty, got shape {tuple(x.shape)}")
-    if dim is not None and x.shape[-1] != dim:
-        raise ValueError(f"{name} must have dim={dim} entries on its last axis, got shape {tuple(x.shape)}")
-    xd = x.detach()
-    bad = ~torch.isfinite(xd)
-    if bad.any():
-        n_nan = int(torch.isnan(xd).sum())
-        raise ValueError(
-            f"{name} must be finite; got {n_nan} NaN and {int(bad.sum()) - n_nan} Inf values in a tensor of "
-            f"shape {tuple(x.shape)}"
-        )
-    if float(xd.abs().max()) > 1e15:
-        raise ValueError(f"{name} must have |values| <= 1e15, got max {float(xd.abs().max()):g}")
-    return x
+    shape = None if dim is None else (None,) * (ndim - 1) + (dim,)
+    return check_tensor(x, name, ndim=ndim, shape=shape, non_empty=True, max_abs=1e15)
 
 
 def _check_log_uv(x: object, name: str) -> Tensor:
@@ -207,7 +174,7 @@ def _theta_ok(family: str, theta: Tensor) -> None:
 
 
 def _copula(family: str, log_u: object, log_v: object, theta: object) -> tuple[Tensor, Tensor]:
-    family = _check_choice(family, "family", FAMILIES)
+    family = check_choice(family, "family", FAMILIES)
     lu, lv = _check_log_uv(log_u, "log_u"), _check_log_uv(log_v, "log_v")
     if lu.shape != lv.shape:
         raise ValueError(
@@ -216,7 +183,7 @@ def _copula(family: str, log_u: object, log_v: object, theta: object) -> tuple[T
     if lu.numel() == 0:
         raise ValueError(f"log_u must be non-empty, got shape {tuple(lu.shape)}")
     if not isinstance(theta, Tensor):
-        theta = torch.tensor(_check_float(theta, "theta"), dtype=lu.dtype)
+        theta = torch.tensor(check_float(theta, "theta"), dtype=lu.dtype)
     _theta_ok(family, theta)
     return _COPULAS[family](_clamp_log(lu), _clamp_log(lv), theta.to(lu.dtype))
 
@@ -237,8 +204,8 @@ def sample_gumbel_copula(n: int, theta: float, seed: int | None = 0) -> Tensor:
     """``n`` draws ``(n, 2)`` of ``(u, v)`` from the Gumbel copula (Marshall–Olkin: a positive-stable frailty
     ``S`` with Laplace transform ``exp(−s^{1/θ})`` by Kanter's representation, then ``u_i = exp(−(E_i/S)^{1/θ})``
     with ``E_i ~ Exp(1)``), in float64 from ``seed``."""
-    n = _check_int(n, "n", 1)
-    theta = _check_float(theta, "theta", 1.0)
+    n = check_int(n, "n", low=1)
+    theta = check_float(theta, "theta", low=1.0)
     if theta > 1e3:
         raise ValueError(f"theta must be in [1, 1000] (1000 is numerically comonotone), got {theta!r}")
     g = make_generator(seed)
@@ -265,9 +232,9 @@ class BivariateCopula(nn.Module):
         self, family: str = "gumbel", theta: float | None = None, official_gumbel_density: bool = False
     ) -> None:
         super().__init__()
-        self.family = _check_choice(family, "family", FAMILIES)
+        self.family = check_choice(family, "family", FAMILIES)
         default = {"gumbel": 1.1, "clayton": 0.1, "frank": 0.1, "gaussian": 0.0}[family]
-        t = default if theta is None else _check_float(theta, "theta")
+        t = default if theta is None else check_float(theta, "theta")
         _theta_ok(family, torch.tensor(t))
         if family == "gumbel":
             raw = _inv_softplus(t - 1) if t > 1 else -30.0
@@ -325,10 +292,10 @@ class GaussianMixtureMarginal(nn.Module):
         seed: int | None = 0,
     ) -> None:
         super().__init__()
-        self.dim = _check_int(dim, "dim", 1)
-        self.n_components = _check_int(n_components, "n_components", 1)
-        self.min_std = _check_float(min_std, "min_std", 0.0, strict=True)
-        init_std = _check_float(init_std, "init_std", self.min_std, strict=True)
+        self.dim = check_int(dim, "dim", low=1)
+        self.n_components = check_int(n_components, "n_components", low=1)
+        self.min_std = check_float(min_std, "min_std", low=0.0, low_open=True)
+        init_std = check_float(init_std, "init_std", low=self.min_std, low_open=True)
         g = make_generator(seed)
         self.loc = nn.Parameter(init_std * torch.randn(self.n_components, self.dim, generator=g))
         raw = _inv_softplus(init_std - self.min_std)
@@ -346,7 +313,7 @@ class GaussianMixtureMarginal(nn.Module):
         return torch.log_softmax(self.logits, 0)
 
     def _z(self, h: Tensor) -> Tensor:
-        h = _check_tensor(h, "h", self.dim)
+        h = _float_tensor(h, "h", self.dim)
         return (h.unsqueeze(1).to(self.loc.dtype) - self.loc) / self.scale  # (B, K, dim)
 
     def log_prob_components(self, h: Tensor) -> Tensor:
@@ -368,7 +335,7 @@ class GaussianMixtureMarginal(nn.Module):
 
     def sample(self, n: int, generator: torch.Generator | None = None, seed: int | None = None) -> Tensor:
         """``n`` draws ``(n, dim)`` from the mixture (detached)."""
-        n = _check_int(n, "n", 1)
+        n = check_int(n, "n", low=1)
         g = make_generator(seed, generator)
         with torch.no_grad():
             k = torch.multinomial(self.log_weights.exp(), n, replacement=True, generator=g)
@@ -413,8 +380,8 @@ class CopulaJoint(nn.Module):
 
     def component_terms(self, h_a: Tensor, h_b: Tensor) -> Tensor:
         """``log w_k + log c(F^A_k, F^B_k) + log N^A_k + log N^B_k`` ``(B, K)``."""
-        h_a = _check_tensor(h_a, "h_a", self.marginal_a.dim)
-        h_b = _check_tensor(h_b, "h_b", self.marginal_b.dim)
+        h_a = _float_tensor(h_a, "h_a", self.marginal_a.dim)
+        h_b = _float_tensor(h_b, "h_b", self.marginal_b.dim)
         if h_a.shape[0] != h_b.shape[0]:
             raise ValueError(
                 f"h_a and h_b must have the same batch size, got {h_a.shape[0]} and {h_b.shape[0]}"
@@ -456,11 +423,11 @@ class CopulaJoint(nn.Module):
         """
         if missing not in ("A", "B"):
             raise ValueError(f"missing must be 'A' or 'B', got {missing!r}")
-        mode = _check_choice(mode, "mode", IMPUTE_MODES)
+        mode = check_choice(mode, "mode", IMPUTE_MODES)
         observed = "A" if missing == "B" else "B"
         m_obs = self.marginal_a if observed == "A" else self.marginal_b
         m_mis = self.marginal_b if missing == "B" else self.marginal_a
-        h_obs = _check_tensor(h_obs, "h_obs", m_obs.dim)
+        h_obs = _float_tensor(h_obs, "h_obs", m_obs.dim)
         n = h_obs.shape[0]
         if mode == "zeros":
             return torch.zeros(n, m_mis.dim, dtype=m_mis.loc.dtype)
@@ -483,8 +450,8 @@ class CopulaJoint(nn.Module):
         """Data initialisation (like k-means' random seeding): the means of pair ``k`` are the embeddings of
         one random row ``(h_a[i_k], h_b[i_k])``, every scale the per-dimension std of the rows, weights
         uniform. Needs at least ``K`` rows; returns ``self``."""
-        h_a = _check_tensor(h_a, "h_a", self.marginal_a.dim)
-        h_b = _check_tensor(h_b, "h_b", self.marginal_b.dim)
+        h_a = _float_tensor(h_a, "h_a", self.marginal_a.dim)
+        h_b = _float_tensor(h_b, "h_b", self.marginal_b.dim)
         K = self.marginal_a.n_components
         if h_a.shape[0] != h_b.shape[0] or h_a.shape[0] < K:
             raise ValueError(
@@ -503,10 +470,10 @@ class CopulaJoint(nn.Module):
 
     def fit(self, h_a: Tensor, h_b: Tensor, steps: int = 500, lr: float = 0.05) -> CopulaJoint:
         """Maximum likelihood by full-batch Adam on fixed embeddings (every parameter); returns ``self``."""
-        steps = _check_int(steps, "steps", 1)
-        lr = _check_float(lr, "lr", 0.0, strict=True)
-        h_a = _check_tensor(h_a, "h_a", self.marginal_a.dim)
-        h_b = _check_tensor(h_b, "h_b", self.marginal_b.dim)
+        steps = check_int(steps, "steps", low=1)
+        lr = check_float(lr, "lr", low=0.0, low_open=True)
+        h_a = _float_tensor(h_a, "h_a", self.marginal_a.dim)
+        h_b = _float_tensor(h_b, "h_b", self.marginal_b.dim)
         opt = Adam(list(self.parameters()), lr=lr)
         for _ in range(steps):
             opt.zero_grad()
@@ -559,11 +526,11 @@ class CopulaFusionNet(nn.Module):
                 f"encoder_a and encoder_b must be torch.nn.Module, got {type(encoder_a).__name__} and "
                 f"{type(encoder_b).__name__}"
             )
-        self.embed_dim = _check_int(embed_dim, "embed_dim", 1)
-        self.n_classes = _check_int(n_classes, "n_classes", 2)
-        self.fusion = _check_choice(fusion, "fusion", FUSIONS)
-        self.impute = _check_choice(impute, "impute", IMPUTE_MODES)
-        self.copula_on = _check_choice(copula_on, "copula_on", ("paired", "all"))
+        self.embed_dim = check_int(embed_dim, "embed_dim", low=1)
+        self.n_classes = check_int(n_classes, "n_classes", low=2)
+        self.fusion = check_choice(fusion, "fusion", FUSIONS)
+        self.impute = check_choice(impute, "impute", IMPUTE_MODES)
+        self.copula_on = check_choice(copula_on, "copula_on", ("paired", "all"))
         self.normalize = bool(normalize)
         self.encoder_a, self.encoder_b = encoder_a, encoder_b
         with isolated_rng(seed):
@@ -592,7 +559,7 @@ class CopulaFusionNet(nn.Module):
     ) -> dict[str, Tensor]:  # fmt: skip
         """``{"logits" (B, n_classes), "log_lik" (scalar mean ℓ over the scored rows, 0 when none),
         "h_a", "h_b" (embeddings after imputation)}``."""
-        x_a, x_b = _check_tensor(x_a, "x_a"), _check_tensor(x_b, "x_b")
+        x_a, x_b = _float_tensor(x_a, "x_a"), _float_tensor(x_b, "x_b")
         n = x_a.shape[0]
         if x_b.shape[0] != n:
             raise ValueError(f"x_a and x_b must have the same number of rows, got {n} and {x_b.shape[0]}")
@@ -714,32 +681,22 @@ class CopulaFusionClassifier(ClassifierMixin, BaseEstimator):
         return tags
 
     # -- input handling
-    def _split(self, X: object, name: str = "X") -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        if isinstance(X, Tensor):
-            X = X.detach().cpu().numpy()
-        if hasattr(X, "to_numpy"):
-            X = X.to_numpy()
-        if not isinstance(X, np.ndarray):
-            X = np.asarray(X) if isinstance(X, (list, tuple)) else X
-        if not isinstance(X, np.ndarray):
-            raise TypeError(
-                f"{name} must be an array of shape (n_samples, n_features), got {type(X).__name__}"
-            )
-        if X.dtype.kind not in "fiu":
-            raise TypeError(
-                f"{name} must be a numeric array of shape (n_samples, n_features), got dtype {X.dtype}"
-            )
-        if X.ndim != 2 or X.shape[0] == 0:
+    def _split(
+        self, X: object, name: str = "X", reset: bool = False
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        # scikit-learn's check_array (its messages, naming ``name``): dense, numeric, 2-D, non-empty; NaN allowed
+        X = check_sklearn_array(X, name, estimator=self, dtype="numeric", ensure_all_finite="allow-nan")
+        na = check_int(self.n_features_a, "n_features_a", low=1)
+        if not reset and hasattr(self, "n_features_in_") and X.shape[1] != self.n_features_in_:
             raise ValueError(
-                f"{name} must be a non-empty 2-D array (n_samples, n_features), got shape {X.shape}"
+                f"{name} has {X.shape[1]} features, but {type(self).__name__} is expecting "
+                f"{self.n_features_in_} features as input (as in fit)"
             )
-        na = _check_int(self.n_features_a, "n_features_a", 1)
         if X.shape[1] <= na:
             raise ValueError(
-                f"{name} must have more than n_features_a={na} columns (A's, then B's), got shape {X.shape}"
+                f"{name} must have more than n_features_a={na} columns (A's, then B's), got {X.shape[1]} "
+                f"feature(s), shape {X.shape}"
             )
-        if hasattr(self, "n_features_in_") and X.shape[1] != self.n_features_in_:
-            raise ValueError(f"{name} must have {self.n_features_in_} columns as in fit, got shape {X.shape}")
         X = X.astype(np.float64)
         if np.isinf(X).any() or np.abs(np.nan_to_num(X)).max() > 1e15:
             raise ValueError(
@@ -777,34 +734,46 @@ class CopulaFusionClassifier(ClassifierMixin, BaseEstimator):
 
     def fit(self, X: object, y: object) -> CopulaFusionClassifier:
         """Train on ``X`` ``(n, n_a + n_b)`` (NaN blocks = missing modality) and labels ``y`` ``(n,)``."""
-        xa, xb, a_p, b_p = self._split(X)
+        xa, xb, a_p, b_p = self._split(X, reset=True)
+        if y is None:
+            raise ValueError(
+                "y must hold one label per row of X: CopulaFusionClassifier requires y to be passed, but the "
+                "target y is None"
+            )
         y_arr = np.asarray(y)
+        if y_arr.ndim == 2 and y_arr.shape[1] == 1:
+            y_arr = column_or_1d(y_arr, warn=True)  # a column vector: scikit-learn's DataConversionWarning
         if y_arr.ndim != 1 or y_arr.shape[0] != xa.shape[0]:
             raise ValueError(
                 f"y must be 1-D with {xa.shape[0]} labels (one per row of X), got shape {y_arr.shape}"
             )
         if y_arr.dtype.kind == "f" and not np.isfinite(y_arr).all():
             raise ValueError("y must hold finite class labels, got NaN/Inf")
+        check_classification_targets(y_arr)  # "Unknown label type: continuous" for a regression target
         classes, y_idx = np.unique(y_arr, return_inverse=True)
         if classes.shape[0] < 2:
-            raise ValueError(f"y must hold at least 2 classes, got {classes.tolist()}")
+            raise ValueError(
+                f"y must hold at least 2 classes, got {classes.shape[0]} class: {classes.tolist()}"
+            )
         args = {
-            "embed_dim": _check_int(self.embed_dim, "embed_dim", 1),
-            "hidden": _check_int(self.hidden, "hidden", 1),
-            "n_layers": _check_int(self.n_layers, "n_layers", 0),
-            "n_components": _check_int(self.n_components, "n_components", 1),
-            "epochs": _check_int(self.epochs, "epochs", 1),
-            "batch_size": _check_int(self.batch_size, "batch_size", 1),
+            "embed_dim": check_int(self.embed_dim, "embed_dim", low=1),
+            "hidden": check_int(self.hidden, "hidden", low=1),
+            "n_layers": check_int(self.n_layers, "n_layers", low=0),
+            "n_components": check_int(self.n_components, "n_components", low=1),
+            "epochs": check_int(self.epochs, "epochs", low=1),
+            "batch_size": check_int(self.batch_size, "batch_size", low=1),
         }
-        lam = _check_float(self.lambda_cop, "lambda_cop", 0.0)
-        min_std = _check_float(self.min_std, "min_std", 0.0, strict=True)
-        lr = _check_float(self.lr, "lr", 0.0, strict=True)
-        lr_cop = lr if self.copula_lr is None else _check_float(self.copula_lr, "copula_lr", 0.0, strict=True)
+        lam = check_float(self.lambda_cop, "lambda_cop", low=0.0)
+        min_std = check_float(self.min_std, "min_std", low=0.0, low_open=True)
+        lr = check_float(self.lr, "lr", low=0.0, low_open=True)
+        lr_cop = (
+            lr if self.copula_lr is None else check_float(self.copula_lr, "copula_lr", low=0.0, low_open=True)
+        )
         for value, name, choices in ((self.family, "family", FAMILIES), (self.fusion, "fusion", FUSIONS),
                                      (self.impute, "impute", IMPUTE_MODES), (self.copula_on, "copula_on", ("paired", "all")),
                                      (self.mixture_init, "mixture_init", ("random", "data"))):  # fmt: skip
-            _check_choice(value, name, choices)
-        seed = _check_int(self.seed, "seed", 0)
+            check_choice(value, name, choices)
+        seed = check_int(self.seed, "seed", low=0)
         # all inputs valid: from here on the estimator's state changes
         X_all = torch.cat([xa, xb], 1)
         present = torch.cat([a_p[:, None].expand_as(xa), b_p[:, None].expand_as(xb)], 1)
@@ -855,19 +824,15 @@ class CopulaFusionClassifier(ClassifierMixin, BaseEstimator):
         self.net_.eval()
         return self
 
-    def _check_fitted(self) -> None:
-        if not hasattr(self, "net_"):
-            raise ValueError(f"{type(self).__name__} is not fitted: call fit(...) first")
-
     @property
     def theta_(self) -> float:
         """The fitted copula parameter (ρ for the Gaussian family)."""
-        self._check_fitted()
+        check_fitted(self, "net_")
         return float(self.net_.joint.copula.theta.detach())
 
     def predict_proba(self, X: object) -> np.ndarray:
         """Class probabilities ``(n, n_classes)``; a missing modality is imputed (``impute``)."""
-        self._check_fitted()
+        check_fitted(self, "net_")
         xa, xb, a_p, b_p = self._split(X)
         xa, xb = self._standardise(xa, xb)
         with torch.no_grad():
@@ -881,7 +846,7 @@ class CopulaFusionClassifier(ClassifierMixin, BaseEstimator):
 
     def embed(self, X: object) -> Mapping[str, np.ndarray]:
         """``{"h_a", "h_b"}`` embeddings ``(n, embed_dim)`` after imputation of missing modalities."""
-        self._check_fitted()
+        check_fitted(self, "net_")
         xa, xb, a_p, b_p = self._split(X)
         xa, xb = self._standardise(xa, xb)
         with torch.no_grad():

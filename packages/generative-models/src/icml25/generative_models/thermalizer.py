@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from icml25.generative_models.systems import energy_spectrum
+from icml25.kernels.checks import check_float, check_int
 from icml25.kernels.experiment import progress
 from icml25.kernels.rng import make_generator
 
@@ -330,19 +331,6 @@ def _check_states(name: str, x: object) -> Tensor:
     return x
 
 
-def _check_count(name: str, value: object, low: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-    return int(value)
-
-
-def _check_positive(name: str, value: object, allow_zero: bool = False) -> float:
-    ok = isinstance(value, (int, float, np.floating)) and not isinstance(value, bool)
-    if not ok or not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        raise ValueError(f"{name} must be a finite number {'>=' if allow_zero else '>'} 0, got {value!r}")
-    return float(value)
-
-
 class ResidualEmulator(nn.Module):
     """Residual emulator ``x_{n+1} = x_n + s·net((x_n − m)/s)`` (+ ``σ·s·ε`` if stochastic).
 
@@ -371,8 +359,10 @@ class ResidualEmulator(nn.Module):
         self.net = net
         self.sigma = sigma
         self.conserve_mean = bool(conserve_mean)
-        self.register_buffer("field_mean", torch.tensor(float(field_mean)))
-        self.register_buffer("field_std", torch.tensor(float(field_std)))
+        self.register_buffer("field_mean", torch.tensor(check_float(field_mean, "field_mean")))
+        self.register_buffer(
+            "field_std", torch.tensor(check_float(field_std, "field_std", low=0.0, low_open=True))
+        )
 
     def forward(self, x: Tensor, generator: torch.Generator | None = None) -> Tensor:
         """One emulator step; ``x``: ``(B, *event)`` -> ``(B, *event)``.
@@ -433,15 +423,15 @@ class ResidualEmulator(nn.Module):
         """
         # Validate everything before touching any state: a rejected fit leaves the emulator unchanged.
         data = _check_training_data("trajectories", trajectories, 3)
-        rollout = _check_count("rollout", rollout)
-        input_noise = _check_positive("input_noise", input_noise, allow_zero=True)
+        rollout = check_int(rollout, "rollout", low=1)
+        input_noise = check_float(input_noise, "input_noise", low=0.0)
         if data.shape[1] < rollout + 1:
             raise ValueError(
                 f"trajectories need at least rollout + 1 = {rollout + 1} steps, got shape {tuple(data.shape)}"
             )
-        n_iter, batch_size = _check_count("n_iter", n_iter), _check_count("batch_size", batch_size)
-        lr = _check_positive("lr", lr)
-        weight_decay = _check_positive("weight_decay", weight_decay, allow_zero=True)
+        n_iter, batch_size = check_int(n_iter, "n_iter", low=1), check_int(batch_size, "batch_size", low=1)
+        lr = check_float(lr, "lr", low=0.0, low_open=True)
+        weight_decay = check_float(weight_decay, "weight_decay", low=0.0)
         mean, std = _field_stats(data)
         with torch.no_grad():
             was_training = self.training
@@ -581,8 +571,10 @@ class Thermalizer(nn.Module):
             "posterior_std": post_var.sqrt(),
         }.items():
             self.register_buffer(name, val.float())
-        self.register_buffer("field_mean", torch.tensor(float(field_mean)))
-        self.register_buffer("field_std", torch.tensor(float(field_std)))
+        self.register_buffer("field_mean", torch.tensor(check_float(field_mean, "field_mean")))
+        self.register_buffer(
+            "field_std", torch.tensor(check_float(field_std, "field_std", low=0.0, low_open=True))
+        )
 
     # -- units ---------------------------------------------------------------------------------------------
     def normalize(self, x: Tensor) -> Tensor:
@@ -628,8 +620,18 @@ class Thermalizer(nn.Module):
         return logits
 
     def level_logits(self, x: Tensor) -> Tensor:
-        """Logits ``(B, T)`` of the noise level of physical states ``x`` ``(B, *event)``."""
-        return self._check_logits(self.level_head(self.normalize(x)), x.shape[0])
+        """Logits ``(B, T)`` of the noise level of physical states ``x`` ``(B, *event)``.
+
+        A state shape that ``level_head`` cannot take (before :meth:`fit` fixes the event shape) is a
+        ``ValueError`` naming ``x``."""
+        try:
+            logits = self.level_head(self.normalize(x))
+        except RuntimeError as err:  # a shape mismatch inside level_head (matmul / conv sizes)
+            raise ValueError(
+                f"x of shape {tuple(x.shape)} does not fit level_head (expected (B, *event) as it was built "
+                f"for): {err}"
+            ) from None
+        return self._check_logits(logits, x.shape[0])
 
     @torch.no_grad()
     def noise_level(self, x: Tensor) -> Tensor:
@@ -669,7 +671,7 @@ class Thermalizer(nn.Module):
         if isinstance(levels, (str, bytes)) or not isinstance(levels, Sequence) or not levels:
             raise ValueError(f"levels must be a non-empty sequence of ints in [0, {self.T}), got {levels!r}")
         levels = [_check_level("levels[i]", k, 0, self.T) for k in levels]
-        tolerance = _check_count("tolerance", tolerance, low=0)
+        tolerance = check_int(tolerance, "tolerance", low=0)
         xn = self.normalize(x)
         out: dict[int, float] = {}
         for k in levels:
@@ -745,9 +747,9 @@ class Thermalizer(nn.Module):
         """
         # Validate everything before touching any state: a rejected fit leaves the model unchanged.
         data = _check_training_data("snapshots", snapshots, 2)
-        n_iter, batch_size = _check_count("n_iter", n_iter), _check_count("batch_size", batch_size)
-        lr = _check_positive("lr", lr)
-        weight_decay = _check_positive("weight_decay", weight_decay, allow_zero=True)
+        n_iter, batch_size = check_int(n_iter, "n_iter", low=1), check_int(batch_size, "batch_size", low=1)
+        lr = check_float(lr, "lr", low=0.0, low_open=True)
+        weight_decay = check_float(weight_decay, "weight_decay", low=0.0)
         if ema_decay is not None and not (isinstance(ema_decay, (int, float)) and 0 <= ema_decay < 1):
             raise ValueError(f"ema_decay must be None or a number in [0, 1), got {ema_decay!r}")
         if level_weights is not None:
@@ -1247,7 +1249,7 @@ def select_levels(
     thermalizer._check_event("ics", ics)
     if isinstance(candidates, (str, bytes)) or not isinstance(candidates, Sequence) or not candidates:
         raise ValueError(f"candidates must be a non-empty list of (s_init, s_stop), got {candidates!r}")
-    horizon = _check_count("horizon", horizon)
+    horizon = check_int(horizon, "horizon", low=1)
     if isinstance(window, bool) or not isinstance(window, int) or not 0 < window <= horizon:
         raise ValueError(f"window must be in (0, horizon={horizon}], got {window!r}")
     _check_band(band)

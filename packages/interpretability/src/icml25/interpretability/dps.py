@@ -46,6 +46,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from icml25.kernels.checks import check_choice, check_int
+
 __all__ = [
     "CallableClient",
     "CenterCrop",
@@ -108,6 +110,8 @@ def clip_box(box: Sequence[float], height: int, width: int) -> Box:
 
     A box partly outside the image is clipped; an inverted box (``x1 < x0`` or ``y1 < y0``) or one with nothing
     left inside the image raises ``ValueError``."""
+    check_int(height, "height", low=1)
+    check_int(width, "width", low=1)
     if len(box) != 4:
         raise ValueError(f"box must be (x0, y0, x1, y1), got {len(box)} values: {tuple(box)}")
     vals = [float(v) for v in box]
@@ -145,12 +149,6 @@ def _window(image: np.ndarray, box: Box, mode: str) -> np.ndarray:
     return out
 
 
-def _check_mode(mode: str) -> str:
-    if mode not in ("crop", "mask"):
-        raise ValueError(f"mode must be 'crop' or 'mask', got {mode!r}")
-    return mode
-
-
 # ------------------------------------------------------------------------------------------------ views
 class PartialView:
     """A partial view of an image: :meth:`box` picks the window, :meth:`render` shows it.
@@ -182,7 +180,7 @@ class CenterCrop(PartialView):
     def __post_init__(self) -> None:
         if not 0 < float(self.frac) <= 1:
             raise ValueError(f"frac must be in (0, 1], got {self.frac}")
-        _check_mode(self.mode)
+        check_choice(self.mode, "mode", ("crop", "mask"))
 
     def box(self, image: np.ndarray, rng: np.random.Generator | None = None) -> Box:
         h, w = image.shape[:2]
@@ -204,7 +202,7 @@ class RandomCrop(PartialView):
     def __post_init__(self) -> None:
         if not 0 < float(self.lo) <= float(self.hi) <= 1:
             raise ValueError(f"lo, hi must satisfy 0 < lo <= hi <= 1, got lo={self.lo}, hi={self.hi}")
-        _check_mode(self.mode)
+        check_choice(self.mode, "mode", ("crop", "mask"))
 
     def box(self, image: np.ndarray, rng: np.random.Generator) -> Box:
         h, w = image.shape[:2]
@@ -244,7 +242,7 @@ class ObjectCrop(PartialView):
     name: str = "object"
 
     def __post_init__(self) -> None:
-        _check_mode(self.mode)
+        check_choice(self.mode, "mode", ("crop", "mask"))
 
     def box(self, image: np.ndarray, rng: np.random.Generator | None = None) -> Box:
         boxes = list(self.proposer(image))

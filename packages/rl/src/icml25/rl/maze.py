@@ -30,6 +30,8 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 
+from icml25.kernels.checks import check_int
+
 # Action ids -> (d_row, d_col): up, down, left, right.
 ACTIONS: np.ndarray = np.array([[-1, 0], [1, 0], [0, -1], [0, 1]], dtype=np.int64)
 
@@ -174,6 +176,7 @@ class GridMaze(gym.Env):
         self.agent = self.free_cells[0].copy()
         self.goal = self.free_cells[-1].copy()
         self._t = 0
+        self._needs_reset = True
 
     # ------------------------------------------------------------------ geometry
     def cell_to_obs(self, cells: np.ndarray) -> np.ndarray:
@@ -243,12 +246,22 @@ class GridMaze(gym.Env):
         self.agent = np.asarray(start, dtype=np.int64).copy()
         self.goal = np.asarray(goal, dtype=np.int64).copy()
         self._t = 0
+        self._needs_reset = False
         return self.cell_to_obs(self.agent), self._info()
 
     def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        if not self.action_space.contains(int(action)):
-            raise ValueError(f"action must be an int in [0, 4), got {action!r}")
-        self.agent = self.move(self.agent, int(action))
+        """One move: ``action`` an int in ``[0, 3]`` (a Python or NumPy integer, or a 0-d integer array, as
+        ``action_space.contains`` accepts); a float (``1.5``), a bool or a 1-element array is a ``TypeError``.
+
+        Raises ``gymnasium.error.ResetNeeded`` before the first :meth:`reset` (no episode yet), as
+        ``gymnasium.make``'s order-enforcing wrapper does.
+        """
+        if isinstance(action, np.ndarray) and action.shape == () and action.dtype.kind in "iu":
+            action = action.item()
+        a = check_int(action, "action", low=0, high=int(self.action_space.n) - 1)
+        if self._needs_reset:
+            raise gym.error.ResetNeeded("GridMaze.step() called before reset(): call reset(seed=...) first")
+        self.agent = self.move(self.agent, a)
         self._t += 1
         info = self._info()
         terminated = bool(info["success"])

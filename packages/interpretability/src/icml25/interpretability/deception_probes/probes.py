@@ -40,17 +40,23 @@ from typing import Any
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, ClassifierMixin
-from sklearn.exceptions import NotFittedError
 from sklearn.linear_model import LogisticRegression
-from sklearn.utils import check_X_y, column_or_1d
+from sklearn.utils import column_or_1d
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import validate_data
 
-from icml25.interpretability.deception_probes.data import TokenActs, as_float_tensor, check_finite
+from icml25.interpretability.deception_probes.data import TokenActs, as_float_tensor
 from icml25.interpretability.deception_probes.scoring import (
     AGGREGATIONS,
     aggregate_token_scores,
     threshold_at_fpr,
+)
+from icml25.kernels.checks import (
+    check_choice,
+    check_fitted,
+    check_float,
+    check_int,
+    check_sklearn_array,
 )
 
 __all__ = ["LATProbe", "LDAProbe", "LogisticProbe", "MeanDiffProbe"]
@@ -85,32 +91,38 @@ def _dialogues(X: Any, name: str = "X") -> list[torch.Tensor]:
     return xs
 
 
-def _token_matrix(X: Any, name: str = "X") -> Any:
-    """A token matrix ``[n_tokens, d]`` checked for dtype, shape and finiteness (lists pass to sklearn)."""
+def _token_matrix(X: Any, name: str = "X", estimator: Any = None) -> np.ndarray:
+    """A float64 token matrix ``[n_tokens, d]`` checked for dtype, shape and finiteness.
+
+    A tensor must be floating point (``as_float_tensor``); anything else goes through scikit-learn's
+    ``check_array`` (numeric, dense, 2-D, at least one token and one feature), so its messages are
+    scikit-learn's, naming ``name``.
+    """
     if isinstance(X, torch.Tensor):
         X = as_float_tensor(X, name).numpy()
-    if isinstance(X, np.ndarray):
-        if X.dtype.kind not in "fiu" or X.dtype == bool:
-            raise TypeError(f"{name} must hold floating-point activations, got an array of dtype {X.dtype}")
-        if X.ndim != 2:
-            raise ValueError(f"{name} must be a 2-D token matrix [n_tokens, d], got shape {X.shape}")
-        if X.shape[0] == 0 or X.shape[1] == 0:
-            raise ValueError(f"{name} must hold at least one token and one feature, got shape {X.shape}")
-        check_finite(X, name)
-    return X
+    if isinstance(X, np.ndarray) and X.dtype == bool:
+        raise TypeError(f"{name} must hold floating-point activations, got an array of dtype {X.dtype}")
+    arr = check_sklearn_array(X, name, estimator=estimator, dtype="numeric", accept_sparse=False)
+    return np.asarray(arr, dtype=np.float64)
 
 
-def _token_inputs(X: Any, y: Any) -> tuple[Any, Any]:
-    X = _token_matrix(X)
+def _token_inputs(X: Any, y: Any, estimator: Any = None) -> tuple[np.ndarray, np.ndarray]:
+    x = _token_matrix(X, estimator=estimator)
     if isinstance(y, torch.Tensor):
         y = y.detach().cpu().numpy()
     if y is None:
-        raise ValueError("y is required with a token matrix X (one label per token)")
+        name = type(estimator).__name__ if estimator is not None else "the probe"
+        raise ValueError(
+            f"y is required with a token matrix X (one label per token): {name} requires y to be passed, "
+            "but the target y is None"
+        )
     y_arr = np.asarray(y)
-    n = len(X)
+    n = x.shape[0]
+    if y_arr.ndim == 2 and y_arr.shape[1] == 1:
+        y_arr = column_or_1d(y_arr, warn=True)  # a column vector: scikit-learn's DataConversionWarning
     if y_arr.ndim != 1 or y_arr.shape[0] != n:
         raise ValueError(f"y must be 1-D with one label per token of X ({n}), got shape {y_arr.shape}")
-    return X, y_arr
+    return x, y_arr
 
 
 def _binary_targets(y: Any, name: str = "y") -> tuple[np.ndarray, np.ndarray]:
@@ -141,7 +153,10 @@ def _binary_targets(y: Any, name: str = "y") -> tuple[np.ndarray, np.ndarray]:
             f"{name} must hold two classes (honest and deceptive); got 1 class: {classes.tolist()}"
         )
     if classes.size > 2:
-        raise ValueError(f"{name} must be binary (honest vs deceptive); got {classes.size} classes")
+        raise ValueError(
+            f"{name} must be binary (honest vs deceptive); got {classes.size} classes. Only binary "
+            "classification is supported."
+        )
     return classes, (y == classes[1]).astype(np.int64)
 
 
@@ -163,10 +178,8 @@ class _LinearProbe(ClassifierMixin, BaseEstimator, ABC):
     """Shared fit / score / predict logic; subclasses implement ``_direction``."""
 
     def _check_params(self) -> None:
-        if self.aggregation not in AGGREGATIONS:
-            raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}")
-        if self.balance not in ("token", "dialogue"):
-            raise ValueError(f"balance must be 'token' or 'dialogue', got {self.balance!r}")
+        check_choice(self.aggregation, "aggregation", AGGREGATIONS)
+        check_choice(self.balance, "balance", ("token", "dialogue"))
 
     def __sklearn_tags__(self):  # scikit-learn Tags
         tags = super().__sklearn_tags__()
@@ -208,8 +221,7 @@ class _LinearProbe(ClassifierMixin, BaseEstimator, ABC):
                 raise ValueError(
                     "balance='dialogue' needs dialogue input (a TokenActs or a list of [n_i, d])"
                 )
-            X, y = _token_inputs(X, y)
-            x, y_checked = check_X_y(X, y, dtype=np.float64, y_numeric=False)
+            x, y_checked = _token_inputs(X, y, estimator=self)
             classes, ty = _binary_targets(y_checked)
             w, n_features = None, x.shape[1]
         if not (x.std(0) > 0).any():
@@ -218,7 +230,9 @@ class _LinearProbe(ClassifierMixin, BaseEstimator, ABC):
         if not np.isfinite(coef).all() or not np.isfinite(intercept):
             raise ValueError("X is too large or too degenerate: the fitted direction is not finite")
         if not is_dialogue_input(X):
-            validate_data(self, X, reset=True, skip_check_array=True)  # n_features_in_ / feature names
+            validate_data(self, x, reset=True, skip_check_array=True)  # n_features_in_
+            if hasattr(X, "columns"):  # a DataFrame: its column names, as scikit-learn stores them
+                validate_data(self, X, reset=True, skip_check_array=True)
         self.n_features_in_ = n_features
         self.classes_ = classes
         self.coef_ = coef
@@ -229,14 +243,10 @@ class _LinearProbe(ClassifierMixin, BaseEstimator, ABC):
         return self
 
     # ------------------------------------------------------------------ scoring
-    def _check_fitted(self) -> None:
-        if not hasattr(self, "coef_"):
-            raise NotFittedError(f"{type(self).__name__} is not fitted: call fit(...) first")
-
     def score_tokens(self, X: Any) -> np.ndarray:
         """Per-token scores ``x · coef_ + intercept_`` of activations ``[..., d]`` (any leading shape), e.g.
         every position of a dialogue for visualisation. Every position is scored, padding included."""
-        self._check_fitted()
+        check_fitted(self, "coef_")
         x = as_float_tensor(X, "X")
         if x.ndim == 0 or x.shape[-1] != self.n_features_in_:
             raise ValueError(
@@ -247,7 +257,7 @@ class _LinearProbe(ClassifierMixin, BaseEstimator, ABC):
 
     def decision_function(self, X: Any) -> np.ndarray:
         """Scores: one aggregated score per dialogue for dialogue input, one per row for a token matrix."""
-        self._check_fitted()
+        check_fitted(self, "coef_")
         if is_dialogue_input(X):
             xs = _dialogues(X)
             if xs[0].shape[1] != self.n_features_in_:
@@ -257,12 +267,13 @@ class _LinearProbe(ClassifierMixin, BaseEstimator, ABC):
                 )
             tokens = self.score_tokens(torch.cat(xs))
             return aggregate_token_scores(tokens, np.array([x.shape[0] for x in xs]), self.aggregation)
-        X = _token_matrix(X)
-        x = validate_data(self, X, reset=False, dtype=np.float64)
+        x = _token_matrix(X, estimator=self)
+        validate_data(self, X if hasattr(X, "columns") else x, reset=False, skip_check_array=True)
         return x @ self.coef_ + self.intercept_
 
     def predict(self, X: Any) -> np.ndarray:
         """``classes_[1]`` (deceptive) where the score is above ``threshold_``, else ``classes_[0]``."""
+        check_fitted(self, "coef_")
         return self.classes_[(self.decision_function(X) > self.threshold_).astype(np.int64)]
 
     def calibrate(self, control: Any, fpr: float = 0.01) -> _LinearProbe:
@@ -272,7 +283,7 @@ class _LinearProbe(ClassifierMixin, BaseEstimator, ABC):
             raise TypeError(
                 f"control must be a TokenActs or a list of [n_i, d] dialogues, got {type(control).__name__}"
             )
-        self._check_fitted()
+        check_fitted(self, "coef_")
         self.threshold_ = threshold_at_fpr(self.decision_function(control), fpr)
         return self
 
@@ -314,12 +325,7 @@ class LogisticProbe(_LinearProbe):
 
     def _check_params(self) -> None:
         super()._check_params()
-        if (
-            isinstance(self.reg_coeff, bool)
-            or not isinstance(self.reg_coeff, (int, float))
-            or not (0 < self.reg_coeff < float("inf"))
-        ):
-            raise ValueError(f"reg_coeff must be a positive finite number, got {self.reg_coeff!r}")
+        check_float(self.reg_coeff, "reg_coeff", low=0.0, low_open=True)
 
     def _direction(
         self, x: np.ndarray, y: np.ndarray, w: np.ndarray | None
@@ -346,6 +352,7 @@ class LogisticProbe(_LinearProbe):
                 "scaler_mean_": mean,
                 "scaler_scale_": scale,
                 "lr_coef_": beta,
+                "n_iter_": lr.n_iter_.copy(),
             },
         )
 
@@ -391,14 +398,9 @@ class LATProbe(_LinearProbe):
 
     def _check_params(self) -> None:
         super()._check_params()
-        if self.n_pairs is not None and (
-            isinstance(self.n_pairs, bool)
-            or not isinstance(self.n_pairs, (int, np.integer))
-            or self.n_pairs < 1
-        ):
-            raise ValueError(f"n_pairs must be a positive int or None, got {self.n_pairs!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
-            raise ValueError(f"seed must be a non-negative int, got {self.seed!r}")
+        if self.n_pairs is not None:
+            check_int(self.n_pairs, "n_pairs", low=1)
+        check_int(self.seed, "seed", low=0)
 
     def _direction(
         self, x: np.ndarray, y: np.ndarray, w: np.ndarray | None
@@ -432,12 +434,7 @@ class LDAProbe(_LinearProbe):
 
     def _check_params(self) -> None:
         super()._check_params()
-        if (
-            isinstance(self.shrinkage, bool)
-            or not isinstance(self.shrinkage, (int, float))
-            or not (0 < self.shrinkage <= 1)
-        ):
-            raise ValueError(f"shrinkage must be in (0, 1], got {self.shrinkage!r}")
+        check_float(self.shrinkage, "shrinkage", low=0.0, high=1.0, low_open=True)
 
     def _direction(
         self, x: np.ndarray, y: np.ndarray, w: np.ndarray | None

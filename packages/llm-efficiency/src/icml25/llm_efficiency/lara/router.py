@@ -23,6 +23,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin, clone
 from sklearn.ensemble import HistGradientBoostingClassifier
 from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
+from icml25.kernels.checks import check_fitted, check_float, check_sklearn_array
 from icml25.llm_efficiency.lara.data import CONTEXT_TYPES, LaraItem, canonical_task
 from icml25.llm_efficiency.lara.retrieval import RetrievedChunk, words
 
@@ -77,12 +78,6 @@ def _content_terms(question: str) -> list[str]:
     return sorted({w for w in words(question) if w not in ENGLISH_STOP_WORDS and len(w) > 1})
 
 
-def _real(value: object, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
-        raise ValueError(f"{name} must be a finite real number, got {value!r}")
-    return float(value)
-
-
 def router_features(
     item: LaraItem, retrieved: Sequence[RetrievedChunk], n_ctx_tokens: int, model_strength: float
 ) -> np.ndarray:
@@ -100,7 +95,7 @@ def router_features(
         raise TypeError("retrieved must hold RetrievedChunk objects (from HybridRetriever)")
     if isinstance(n_ctx_tokens, bool) or not isinstance(n_ctx_tokens, numbers.Integral) or n_ctx_tokens < 1:
         raise ValueError(f"n_ctx_tokens must be an int >= 1, got {n_ctx_tokens!r}")
-    strength = _real(model_strength, "model_strength")
+    strength = check_float(model_strength, "model_strength")
     if not 0.0 <= strength <= 1.0:
         raise ValueError(
             f"model_strength must be in [0, 1] (accuracy on a probe set), got {model_strength!r}"
@@ -150,7 +145,7 @@ def guideline_route(task: str, n_ctx_tokens: int, model_strength: float, *, long
     task = canonical_task(task)
     if isinstance(n_ctx_tokens, bool) or not isinstance(n_ctx_tokens, numbers.Integral) or n_ctx_tokens < 1:
         raise ValueError(f"n_ctx_tokens must be an int >= 1, got {n_ctx_tokens!r}")
-    strength = _real(model_strength, "model_strength")
+    strength = check_float(model_strength, "model_strength")
     if strength < strong or task == "hallu":
         return 0
     return 1 if task in ("comp", "reasoning") else 0
@@ -180,17 +175,10 @@ def routed_accuracy(route: object, lc_correct: object, rag_correct: object) -> f
     return float(np.where(r == 1, lc, rag).mean())
 
 
-def _features(x: object, n_features: int | None = None) -> np.ndarray:
-    a = np.asarray(x)
-    if a.dtype.kind not in "biuf":
-        raise TypeError(f"features must be a real array, got dtype {a.dtype}")
-    if a.ndim != 2 or a.shape[0] == 0 or a.shape[1] == 0:
-        raise ValueError(f"features must be a non-empty 2-D array (queries, features), got shape {a.shape}")
-    a = a.astype(np.float64)
-    if not np.isfinite(a).all():
-        raise ValueError(
-            f"features must be finite; got {int(np.isnan(a).sum())} NaN and {int(np.isinf(a).sum())} Inf values"
-        )
+def _features(x: object, n_features: int | None = None, estimator: object = None) -> np.ndarray:
+    """``x`` as a float64 ``(queries, features)`` matrix, through scikit-learn's ``check_array`` (its messages,
+    naming ``features``: dense, numeric, 2-D, non-empty, finite) and a magnitude bound."""
+    a = np.asarray(check_sklearn_array(x, "features", estimator=estimator, dtype="numeric"), dtype=np.float64)
     if np.abs(a).max() > 1e15:
         raise ValueError(f"features must have magnitude <= 1e15, got max |x| = {np.abs(a).max():.3g}")
     if n_features is not None and a.shape[1] != n_features:
@@ -215,6 +203,10 @@ class RagLcRouter(ClassifierMixin, BaseEstimator):
 
     def _split_y(self, lc_correct: object, rag_correct: object, n: int) -> tuple[np.ndarray, np.ndarray]:
         if rag_correct is None:
+            if lc_correct is None:
+                raise ValueError(
+                    "lc_correct must be given: RagLcRouter requires y to be passed, but the target y is None"
+                )
             y = np.asarray(lc_correct)
             if y.ndim != 2 or y.shape[1] != 2:
                 raise ValueError(
@@ -225,7 +217,7 @@ class RagLcRouter(ClassifierMixin, BaseEstimator):
         return _outcomes(lc_correct, "lc_correct", n), _outcomes(rag_correct, "rag_correct", n)
 
     def fit(self, features: object, lc_correct: object, rag_correct: object = None) -> RagLcRouter:
-        x = _features(features)
+        x = _features(features, estimator=self)
         lc, rag = self._split_y(lc_correct, rag_correct, x.shape[0])
         for name, y in (("lc_correct", lc), ("rag_correct", rag)):
             if np.unique(y).size < 2:
@@ -234,7 +226,7 @@ class RagLcRouter(ClassifierMixin, BaseEstimator):
                     f"for all {y.size} queries"
                 )
         for name in ("margin", "cost_weight"):
-            _real(getattr(self, name), name)
+            check_float(getattr(self, name), name)
         base = (
             self.estimator
             if self.estimator is not None
@@ -250,14 +242,10 @@ class RagLcRouter(ClassifierMixin, BaseEstimator):
         self.classes_ = np.array([0, 1])
         return self
 
-    def _check_fitted(self) -> None:
-        if not hasattr(self, "lc_model_"):
-            raise ValueError("RagLcRouter is not fitted: call fit(...) first")
-
     def predict_gain(self, features: object) -> np.ndarray:
         """``P(LC correct) − P(RAG correct)`` per query."""
-        self._check_fitted()
-        x = _features(features, self.n_features_in_)
+        check_fitted(self, "lc_model_")
+        x = _features(features, self.n_features_in_, self)
         return self.lc_model_.predict_proba(x)[:, 1] - self.rag_model_.predict_proba(x)[:, 1]
 
     def predict_proba(self, features: object) -> np.ndarray:
@@ -268,14 +256,14 @@ class RagLcRouter(ClassifierMixin, BaseEstimator):
     def predict(self, features: object, extra_cost: object = None) -> np.ndarray:
         """1 (LC) where the predicted gain exceeds ``margin + cost_weight · extra_cost``, else 0 (RAG)."""
         gain = self.predict_gain(features)
-        threshold = np.full_like(gain, _real(self.margin, "margin"))
+        threshold = np.full_like(gain, check_float(self.margin, "margin"))
         if extra_cost is not None:
             c = np.asarray(extra_cost, dtype=np.float64)
             if c.shape not in ((), gain.shape) or not np.isfinite(c).all():
                 raise ValueError(
                     f"extra_cost must be finite, a scalar or shape {gain.shape}, got shape {c.shape}"
                 )
-            threshold = threshold + _real(self.cost_weight, "cost_weight") * c
+            threshold = threshold + check_float(self.cost_weight, "cost_weight") * c
         return (gain > threshold).astype(np.int64)
 
     def score(self, features: object, y: object, sample_weight: object = None) -> float:

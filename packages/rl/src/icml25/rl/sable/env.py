@@ -22,7 +22,15 @@ __all__ = ["DelayedCueEnv"]
 
 
 class DelayedCueEnv:
-    """Vectorised delayed-cue game (gymnasium-style ``reset``/``step``, auto-reset at episode ends).
+    """Vectorised delayed-cue game with auto-reset at episode ends.
+
+    Not a ``gymnasium.Env`` (nor a ``gymnasium.vector.VectorEnv``): a vectorised multi-agent environment with
+    its own interface, the one :class:`~icml25.rl.sable.ppo.PPOTrainer` drives (as
+    :class:`~icml25.rl.sable.pettingzoo_env.ParallelEnvVectorizer` does): ``reset(seed=None) -> obs``
+    ``[E, A, obs_dim]`` and ``step(actions [E, A]) -> (obs, reward [E], done [E], info)``, a team reward and
+    one ``done`` per episode (no terminated/truncated split: every episode ends after ``episode_length``
+    steps). The gymnasium-family API is :class:`~icml25.rl.sable.pettingzoo_env.DelayedCueParallelEnv`, the
+    same game as a PettingZoo ``ParallelEnv`` (gymnasium spaces).
 
     Args:
         n_envs: parallel episodes E; n_agents: A ≥ 1; episode_length: T ≥ 2; seed: the cue stream.
@@ -72,8 +80,10 @@ class DelayedCueEnv:
             raise ValueError(
                 f"actions must have shape [E, A] = {[self.n_envs, self.n_agents]}, got {a.shape}"
             )
-        if not np.issubdtype(a.dtype, np.integer) or (a.size and (a.min() < 0 or a.max() > 1)):
-            raise ValueError(f"actions must be integers in {{0, 1}}, got dtype {a.dtype}")
+        if not np.issubdtype(a.dtype, np.integer):
+            raise TypeError(f"actions must be an integer array [E, A] of 0/1 actions, got dtype {a.dtype}")
+        if a.size and (a.min() < 0 or a.max() > 1):
+            raise ValueError(f"actions must be integers in {{0, 1}}, got values in [{a.min()}, {a.max()}]")
         last = self._t == self.episode_length - 1
         success = last & (a == self._cue[:, None]).all(axis=1)
         reward = success.astype(np.float32)

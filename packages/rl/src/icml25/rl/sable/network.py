@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from icml25.kernels.checks import check_int
+from icml25.kernels.checks import check_int, check_tensor
 from icml25.kernels.retention import default_kappas, retention, retention_step
 from icml25.kernels.rng import isolated_rng
 
@@ -100,12 +100,20 @@ class MultiScaleRetention(nn.Module):
     Args:
         embed_dim: E; n_head: H with ``E % H == 0``; kappa: [H] decays in (0, 1];
         causal_agents: the decoder's causal mask over the agents of a timestep.
+
+    :meth:`forward` and :meth:`step` check the inputs' form (``[B, L, E]`` / ``[B, A, E]`` tensors of the
+    parameters' dtype, float32 unless the module was converted: a float64 input to a float32 module is a
+    ``TypeError``, not a silent cast) but not their values: NaN or ±inf inputs propagate to NaN outputs and
+    state (a value check would cost a full pass over every training batch). Validate at the boundary
+    (:class:`SableNetwork` checks its observations).
     """
 
     def __init__(
         self, embed_dim: int, n_head: int, kappa: torch.Tensor, causal_agents: bool, key_scaling: bool = False
     ) -> None:
         super().__init__()
+        embed_dim = check_int(embed_dim, "embed_dim", low=1)
+        n_head = check_int(n_head, "n_head", low=1)
         if embed_dim % n_head:
             raise ValueError(
                 f"embed_dim must be divisible by n_head, got embed_dim={embed_dim}, n_head={n_head}"
@@ -123,6 +131,20 @@ class MultiScaleRetention(nn.Module):
         self.w_g = nn.Linear(embed_dim, embed_dim, bias=False)
         self.w_o = nn.Linear(embed_dim, embed_dim, bias=False)
         self.norm = nn.GroupNorm(n_head, embed_dim)
+
+    def _check_inputs(self, key: object, query: object, value: object, form: str) -> None:
+        """``key``, ``query``, ``value``: tensors of one shape ``[B, *, E]`` in the parameters' dtype."""
+        dtype = self.w_q.weight.dtype
+        for name, x in (("key", key), ("query", query), ("value", value)):
+            x = check_tensor(
+                x, name, ndim=3, shape=(None, None, self.embed_dim), finite=False, non_empty=True
+            )
+            if x.dtype != dtype:
+                raise TypeError(f"{name} must be a {dtype} tensor {form} (the module's dtype), got {x.dtype}")
+            if x.shape != key.shape:  # type: ignore[union-attr]
+                raise ValueError(
+                    f"{name} must have the shape of key {tuple(key.shape)}, got {tuple(x.shape)}"  # type: ignore[union-attr]
+                )
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:  # [B, L, E] -> [B, H, L, Dh]
         B, L, _ = x.shape
@@ -156,6 +178,7 @@ class MultiScaleRetention(nn.Module):
         Returns:
             ``(y [B, L, E], new_state [B, H, Dh, Dh])``.
         """
+        self._check_inputs(key, query, value, f"[B, L, E={self.embed_dim}]")
         q = self._heads(self.w_q(query))
         k = self._heads(self.w_k(key)) * self.key_scale
         v = self._heads(self.w_v(value))
@@ -176,6 +199,7 @@ class MultiScaleRetention(nn.Module):
         kappa: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Recurrent retention for one timestep: key/query/value [B, A, E] -> (y [B, A, E], state)."""
+        self._check_inputs(key, query, value, f"[B, A, E={self.embed_dim}]")
         q = self._heads(self.w_q(query))
         k = self._heads(self.w_k(key)) * self.key_scale
         v = self._heads(self.w_v(value))
@@ -488,18 +512,9 @@ def _team_dones(dones: object, B: int, T: int, A: int) -> torch.Tensor:
 
 
 def check_float_tensor(name: str, x: object, ndim: int, form: str) -> torch.Tensor:
-    """Validate a non-empty, finite floating tensor of ``ndim`` dims (``form`` describes the shape)."""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor {form}, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor {form}, got dtype {x.dtype}")
-    if x.ndim != ndim:
-        raise ValueError(f"{name} must have {ndim} dims {form}, got shape {tuple(x.shape)}")
-    if x.numel() == 0:
-        raise ValueError(f"{name} must be non-empty {form}, got shape {tuple(x.shape)}")
-    if not bool(torch.isfinite(x).all()):
-        bad = int((~torch.isfinite(x)).sum())
-        raise ValueError(
-            f"{name} must be finite, got {bad} NaN/Inf values in a tensor of shape {tuple(x.shape)}"
-        )
-    return x
+    """Validate a non-empty, finite floating tensor of ``ndim`` dims (``form`` describes the shape, e.g.
+    ``"[B, A, obs_dim]"``); :func:`icml25.kernels.checks.check_tensor` with the form in the messages."""
+    try:
+        return check_tensor(x, name, ndim=ndim, non_empty=True)
+    except (TypeError, ValueError) as err:
+        raise type(err)(f"{err} (expected {form})") from None

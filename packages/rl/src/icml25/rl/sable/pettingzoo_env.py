@@ -23,9 +23,18 @@ except ImportError as err:  # pragma: no cover - exercised without the extra
         "icml25.rl.sable's PettingZoo integration needs pettingzoo: pip install 'icml25-rl[pettingzoo]'"
     ) from err
 
+from icml25.kernels.checks import check_int
 from icml25.rl.sable.env import DelayedCueEnv
 
 __all__ = ["DelayedCueParallelEnv", "ParallelEnvVectorizer", "simple_spread"]
+
+
+def _discrete_action(action: object, name: str, space: spaces.Discrete) -> int:
+    """An action of ``Discrete(n)``: a Python or NumPy integer (or a 0-d integer array) in ``[start, start + n)``."""
+    if isinstance(action, np.ndarray) and action.shape == () and action.dtype.kind in "iu":
+        action = action.item()
+    low = int(space.start)
+    return check_int(action, name, low=low, high=low + int(space.n) - 1)
 
 
 class DelayedCueParallelEnv(ParallelEnv):
@@ -72,10 +81,14 @@ class DelayedCueParallelEnv(ParallelEnv):
     def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
         if not self.agents:
             raise ValueError("step() called after the episode ended: call reset() first")
+        if not isinstance(actions, dict):
+            raise TypeError(f"actions must be a dict {{agent: action}}, got {type(actions).__name__}")
         missing = [a for a in self.agents if a not in actions]
         if missing:
             raise ValueError(f"actions must hold one action per live agent, missing {missing}")
-        acts = np.array([[int(actions[a]) for a in self.agents]])
+        acts = np.array(
+            [[_discrete_action(actions[a], f"actions[{a!r}]", self._act_space) for a in self.agents]]
+        )
         obs, rew, done, info = self._core.step(acts)
         self._t += 1
         last = bool(done[0])

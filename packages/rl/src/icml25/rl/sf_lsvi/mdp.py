@@ -169,7 +169,8 @@ def exact_return_moments(P: Any, R_moments: Any, pi: Any, H: int) -> np.ndarray:
     Args:
         P: ``[S, A, S]`` transition probabilities.
         R_moments: ``[S, A, N]`` reward moments ``E[r^n | s, a]`` (reward independent of ``s'``) or
-            ``[S, A, S, N]`` moments given the next state too.
+            ``[S, A, S, N]`` moments given the next state too; with ``N >= 2``, ``E[r^2] >= E[r]^2`` is
+            required (``ValueError`` otherwise: no real reward has these moments).
         pi: ``[H, S]`` action indices or ``[H, S, A]`` probabilities.
         H: horizon.
 
@@ -186,6 +187,16 @@ def exact_return_moments(P: Any, R_moments: Any, pi: Any, H: int) -> np.ndarray:
         raise ValueError(
             f"R_moments must have shape [S, A, N] = [{S}, {A}, N] or [S, A, S, N] with N >= 1, got {rm.shape}"
         )
+    if rm.shape[3] >= 2:  # moments of a real reward: E[r^2] >= E[r]^2 (a variance is never negative)
+        m1, m2 = rm[..., 0], rm[..., 1]
+        gap = m2 - m1**2
+        tol = 1e-9 * np.maximum(1.0, np.abs(m2))
+        if (gap < -tol).any():
+            i = np.unravel_index(int(np.argmin(gap + tol)), gap.shape)
+            raise ValueError(
+                f"R_moments must be moments of a real reward (E[r^2] >= E[r]^2), got E[r] = {m1[i]:g} and "
+                f"E[r^2] = {m2[i]:g} at (s, a, s') = {tuple(int(j) for j in i)}"
+            )
     probs = as_policy(pi, H, S, A)
     with np.errstate(over="ignore", invalid="ignore"):
         out = _moment_dp(P, rm, probs)
