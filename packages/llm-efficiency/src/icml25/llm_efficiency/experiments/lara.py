@@ -284,6 +284,7 @@ def run(
         metrics=metrics,
         headline="router",
         baseline="best_fixed",
+        better="higher",  # the router's accuracy, in points
         figures=figures,
         seeds=[seed],
         notes=(

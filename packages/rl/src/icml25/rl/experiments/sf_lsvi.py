@@ -400,6 +400,7 @@ def run(quick: bool = True, seed: int = 0, out_dir: str | Path | None = None, *,
         metrics=metrics,
         headline="moment_frac_abs_z_gt_5",
         baseline="quantile_frac_abs_z_gt_5",
+        better="lower",  # share of targets whose bias is more than 5 standard errors
         figures=figures,
         seeds=sorted({seed} | {1000 * seed + i for i in range(setting.n_seeds)}),
         notes=(
