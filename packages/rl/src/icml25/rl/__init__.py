@@ -4,7 +4,7 @@ Each paper is one module (its docstring cites the paper and its catalog id); the
 implemented paper is re-exported here, lazily: a name imports its module on first use, so importing the
 package imports no paper module and a broken module breaks only its own names (:mod:`icml25.kernels.lazy`).
 Importing the package registers the grid mazes with gymnasium (``gymnasium.make("icml25/GridMaze-v0")``, ids
-in :data:`icml25.rl.maze.ENV_IDS`): :mod:`icml25.rl.maze`, the environment module, is its one eager import.
+in ``icml25.rl.maze.ENV_IDS``): :mod:`icml25.rl.maze`, the environment module, is its one eager import.
 """
 
 from importlib.metadata import version as _distribution_version
