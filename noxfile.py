@@ -1,6 +1,7 @@
 """nox sessions of the icml25 monorepo.
 
-``nox`` with no arguments runs ``lint``, one ``tests-<package>`` session per package and ``integration``.
+``nox`` with no arguments runs ``lint``, one ``tests-<package>`` session per package, ``integration``,
+``quick-gates`` and ``docs``.
 Every test session builds the wheels of icml25-kernels and of its package, installs them (with the
 package's extras) into a fresh environment, and runs that package's tests against the installed wheel,
 never the source tree. ``build``, ``reproduce`` and ``bench`` are run on demand (``nox -s reproduce``).
@@ -51,7 +52,9 @@ CI_BUDGET_MINUTES = 40
 
 nox.options.default_venv_backend = "uv"
 nox.options.error_on_missing_interpreters = True
-nox.options.sessions = ["lint", *(f"tests-{name}" for name in PACKAGES), "integration", "quick-gates"]
+nox.options.sessions = ["lint", *(f"tests-{name}" for name in PACKAGES), "integration", "quick-gates", "docs"]
+# the API reference's tools (versions pinned in constraints.txt); tomli: docs/build_site.py on Python 3.10
+DOCS_TOOLS = ["mkdocs-material", "mkdocstrings[python]", "tomli>=1.1; python_version < '3.11'"]
 
 
 def _use_local_wheelhouse() -> None:
@@ -191,6 +194,20 @@ def quick_gates(session: nox.Session) -> None:
         "pytest", "tests/quick_gates", "-p", "no:cacheprovider", "--durations=10", *_xdist_args(),
         *session.posargs,
     )  # fmt: skip
+
+
+@nox.session
+@timed
+def docs(session: nox.Session) -> None:
+    """The API reference (mkdocs-material + mkdocstrings): one page per area, the package README then one
+    section per paper (its library modules and its experiment module), generated from the docstrings by
+    ``docs/build_site.py`` into ``docs/build/site``. ``--strict``: any warning fails, a broken cross-reference
+    included. The sources are read statically (griffe), so no package is installed. ``-- --clean`` etc. pass
+    on to ``mkdocs build``."""
+    session.install("-c", CONSTRAINTS, *DOCS_TOOLS)
+    session.env["NO_MKDOCS_2_WARNING"] = "1"  # mkdocs-material's notice about a future MkDocs, not a warning
+    session.run("python", "docs/build_site.py")
+    session.run("mkdocs", "build", "--strict", "-f", "docs/build/mkdocs.yml", *session.posargs)
 
 
 @nox.session

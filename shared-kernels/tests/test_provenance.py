@@ -81,3 +81,18 @@ def test_an_unknown_module_is_a_clear_error(tmp_path: Path) -> None:
         ValueError, match=r"module must be an icml25 module that can be found, got 'icml25\.nope'"
     ):
         provenance.source_closure("icml25.nope", _tree(tmp_path, FILES))
+
+
+def test_a_lazy_root_is_followed_through_its_type_checking_block_like_an_eager_one(tmp_path: Path) -> None:
+    """An area root that is a lazy namespace (icml25.kernels.lazy) binds its names in ``if TYPE_CHECKING:``:
+    the closure is the one its eager form gives, and the lazy helper itself is never part of it."""
+    eager = provenance.source_closure("icml25.area.experiments.a", _tree(tmp_path / "eager", FILES))
+    lazy_root = (
+        "from typing import TYPE_CHECKING\nfrom icml25.kernels.lazy import lazy_namespace\n"
+        "if TYPE_CHECKING:\n    from icml25.area.paper_a import fit_a\n    from icml25.area.paper_b import fit_b\n"
+        "else:\n    __getattr__, __dir__ = lazy_namespace(__name__, __file__)\n"
+    )
+    files = {**FILES, "area/__init__.py": lazy_root, "kernels/lazy.py": "def lazy_namespace(): ...\n"}
+    lazy = provenance.source_closure("icml25.area.experiments.a", _tree(tmp_path / "lazy", files))
+    assert lazy == eager
+    assert "icml25.kernels.lazy" in provenance.PLUMBING

@@ -12,12 +12,16 @@ Two kinds of module are left out of the closure, on purpose:
 
 - **area and kernels roots** (``icml25.rl``, ``icml25.kernels``): they re-export every paper of the area, so
   hashing them would mark all papers stale whenever one paper is added. ``from icml25.rl import X`` is
-  followed to the submodule the root binds ``X`` from.
+  followed to the submodule the root binds ``X`` from. An area root is a lazy namespace
+  (:mod:`icml25.kernels.lazy`): its bindings are the ``from ... import ...`` statements of its
+  ``if TYPE_CHECKING:`` block, which the import scan below reads like any other import statement, so the
+  binding followed is the one the lazy ``__getattr__`` resolves at run time.
 - **reporting plumbing** (:data:`PLUMBING`: the report, the named checks, the reproduce command, the
   catalog): it formats and judges the metrics an experiment computes, is tested on its own, and a change
   there (a new outcome, a new column) does not change any paper's numbers. Argument validation
   (:mod:`icml25.kernels.checks`) counts as plumbing for the same reason: it raises on bad input and hands
-  valid input back unchanged, so every paper's validation can share it without one edit staling all.
+  valid input back unchanged, so every paper's validation can share it without one edit staling all. The
+  lazy-namespace helper (:mod:`icml25.kernels.lazy`) too: it resolves names, it computes nothing.
 
 Modules are hashed by content only (not path), so an installed wheel and the source checkout agree.
 """
@@ -50,7 +54,7 @@ Finder = Callable[[str], "ModuleSource | None"]
 PLUMBING = frozenset(
     f"icml25.kernels.{name}"
     for name in ("report", "experiment", "reproduce", "catalog", "cli", "provenance", "readme_examples",
-                 "testing", "checks", "__main__")
+                 "testing", "checks", "lazy", "__main__")
 )  # fmt: skip
 
 

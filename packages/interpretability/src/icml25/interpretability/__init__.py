@@ -1,223 +1,223 @@
 """icml25.interpretability — Interpretability: sparse autoencoders, probes, attention-head analysis.
 
 Each paper is one module (its docstring cites the paper and its catalog id); the public API of every
-implemented paper is re-exported here.
+implemented paper is re-exported here, lazily: a name imports its module on first use, so importing the
+package imports no paper module and a broken module breaks only its own names (:mod:`icml25.kernels.lazy`).
 """
 
 from importlib.metadata import version as _distribution_version
-from typing import Any
+from typing import TYPE_CHECKING
 
-from icml25.interpretability.deception_probes import (
-    AGGREGATIONS,
-    CONTROL,
-    DECEPTIVE,
-    HONEST,
-    DeceptionSimulator,
-    LATProbe,
-    LDAProbe,
-    LogisticProbe,
-    MeanDiffProbe,
-    TokenActs,
-    aggregate_token_scores,
-    auroc,
-    detection_mask_from_offsets,
-    evaluate_probe,
-    instructed_pairs,
-    score_dialogues,
-    split_last_words,
-    threshold_at_fpr,
-)
-from icml25.interpretability.diversity import (
-    APD,
-    Bottleneck,
-    Circles,
-    Diameter,
-    DiversityMeasure,
-    Energy,
-    LogDet,
-    Magnitude,
-    NNMean,
-    NumDistinct,
-    VendiScore,
-    distance_matrix,
-    max_clique_size,
-    pairwise,
-    vendi_from_kernel,
-)
-from icml25.interpretability.diversity_axioms import (
-    AxiomResult,
-    audit,
-    audit_table,
-    metric_push,
-    verify_counterexample,
-)
-from icml25.interpretability.dps import (
-    CallableClient,
-    CenterCrop,
-    DPSConfig,
-    DPSTrace,
-    HFVLMClient,
-    HintCNN,
-    MaskRegions,
-    ObjectCrop,
-    OpenAICompatClient,
-    PartialView,
-    RandomCrop,
-    VLMClient,
-    attack_success_rate,
-    clip_box,
-    crop_vote,
-    dps_answer,
-    make_canvases,
-    no_hint,
-    parse_boxes,
-    smooth_vote,
-    toy_dps,
-    toy_hints,
-    train_hint_cnn,
-    typographic_attack,
-    vlm_box_proposer,
-    word_count,
-)
-from icml25.interpretability.gridtom import (
-    GRIDTOM_VOCAB,
-    GridToMEpisode,
-    HeadIntervention,
-    HeadProbeResult,
-    build_interventions,
-    collect_head_activations,
-    generate_gridtom_lite,
-    gridtom_gpt2,
-    gridtom_training_batch,
-    last_token_logits,
-    probe_heads,
-    question_prompts,
-    random_directions,
-    render_tokens,
-    statement_prompts,
-    steer,
-    sweep_alpha_k,
-    top_k_heads,
-    train_gridtom_lm,
-)
-from icml25.interpretability.icl_heads import (
-    ABLATION_MODES,
-    FVScores,
-    HeadActivationSite,
-    ICLPrompt,
-    ICLTask,
-    ICLTemplate,
-    TinyICLTransformer,
-    ablate_heads,
-    build_prompt,
-    fv_scores,
-    icl_accuracy,
-    induction_score_from_attention,
-    induction_scores,
-    make_synthetic_icl_tasks,
-    mean_head_activations,
-    random_heads,
-    random_token_activations,
-    sample_prompts,
-    select_heads,
-    tiny_llama,
-    token_loss_difference,
-    train_synthetic_icl,
-)
-from icml25.interpretability.relu_regions import (
-    FitResult,
-    RegionCount,
-    TriangleActivation,
-    TriangleNet,
-    count_linear_regions_1d,
-    fit_1d,
-    kaiming_mlp,
-    triangle_wave,
-)
-from icml25.interpretability.role_separation import (
-    ASSISTANT,
-    ROLES,
-    SYSTEM,
-    USER,
-    PFTCollator,
-    PFTGeneration,
-    RoleTask,
-    answer_accuracy,
-    check_position_range,
-    hf_generate,
-    pft_generate,
-    pft_llama,
-    pft_position_ids,
-    role_probe,
-    role_spans,
-    shortcut_suite,
-    train_role_model,
-)
-from icml25.interpretability.sae import (
-    ActivationNormalizer,
-    BatchTopKSAE,
-    MatryoshkaKSAE,
-    MatryoshkaSAE,
-    ReLUSAE,
-    SparseAutoencoder,
-    TopKSAE,
-    from_saelens,
-    pareto_curve,
-    sae_metrics,
-    to_saelens,
-    train_sae,
-)
-from icml25.interpretability.saeuron import (
-    ActivationCapture,
-    DigitsDDPM,
-    SAEUnlearningHook,
-    UnlearningPlan,
-    concept_feature_scores,
-    concept_latents,
-    ddpm_sample,
-    fit_block_sae,
-    from_patches,
-    intervene,
-    select_features,
-    to_patches,
-    train_ddpm,
-)
-from icml25.interpretability.task_vectors import (
-    TOY_TASKS,
-    PatchHandle,
-    TaskVectorResult,
-    ToyTaskData,
-    ToyVLM,
-    answer_match,
-    bottleneck_mask,
-    cross_model_transfer,
-    decoder_layers,
-    ensemble,
-    evaluate_task_vectors,
-    extract_task_vectors,
-    find_delimiter_positions,
-    first_token_correct,
-    layer_sweep,
-    patch_task_vector,
-    patched_accuracy,
-    train_toy_vlm,
-)
+from icml25.kernels.lazy import lazy_namespace
+
+if TYPE_CHECKING:  # the name -> module map of the lazy namespace (icml25.kernels.lazy)
+    from icml25.interpretability.deception_probes import (
+        AGGREGATIONS,
+        CONTROL,
+        DECEPTIVE,
+        HONEST,
+        DeceptionSimulator,
+        LATProbe,
+        LDAProbe,
+        LogisticProbe,
+        MeanDiffProbe,
+        TokenActs,
+        aggregate_token_scores,
+        auroc,
+        detection_mask_from_offsets,
+        evaluate_probe,
+        instructed_pairs,
+        score_dialogues,
+        split_last_words,
+        threshold_at_fpr,
+    )
+
+    # The transformers integration of P52 (extra `[hf]`): imported only when one of its names is used,
+    # so `import icml25.interpretability` never imports transformers; left out of __all__ so that
+    # `from icml25.interpretability import *` works without it (`as`: re-exported for type checkers).
+    from icml25.interpretability.deception_probes.hf import extract_activations as extract_activations
+    from icml25.interpretability.deception_probes.hf import extract_hidden_states as extract_hidden_states
+    from icml25.interpretability.deception_probes.hf import format_dialogue as format_dialogue
+    from icml25.interpretability.deception_probes.hf import tokenize_dialogue as tokenize_dialogue
+    from icml25.interpretability.diversity import (
+        APD,
+        Bottleneck,
+        Circles,
+        Diameter,
+        DiversityMeasure,
+        Energy,
+        LogDet,
+        Magnitude,
+        NNMean,
+        NumDistinct,
+        VendiScore,
+        distance_matrix,
+        max_clique_size,
+        pairwise,
+        vendi_from_kernel,
+    )
+    from icml25.interpretability.diversity_axioms import (
+        AxiomResult,
+        audit,
+        audit_table,
+        metric_push,
+        verify_counterexample,
+    )
+    from icml25.interpretability.dps import (
+        CallableClient,
+        CenterCrop,
+        DPSConfig,
+        DPSTrace,
+        HFVLMClient,
+        HintCNN,
+        MaskRegions,
+        ObjectCrop,
+        OpenAICompatClient,
+        PartialView,
+        RandomCrop,
+        VLMClient,
+        attack_success_rate,
+        clip_box,
+        crop_vote,
+        dps_answer,
+        make_canvases,
+        no_hint,
+        parse_boxes,
+        smooth_vote,
+        toy_dps,
+        toy_hints,
+        train_hint_cnn,
+        typographic_attack,
+        vlm_box_proposer,
+        word_count,
+    )
+    from icml25.interpretability.gridtom import (
+        GRIDTOM_VOCAB,
+        GridToMEpisode,
+        HeadIntervention,
+        HeadProbeResult,
+        build_interventions,
+        collect_head_activations,
+        generate_gridtom_lite,
+        gridtom_gpt2,
+        gridtom_training_batch,
+        last_token_logits,
+        probe_heads,
+        question_prompts,
+        random_directions,
+        render_tokens,
+        statement_prompts,
+        steer,
+        sweep_alpha_k,
+        top_k_heads,
+        train_gridtom_lm,
+    )
+    from icml25.interpretability.icl_heads import (
+        ABLATION_MODES,
+        FVScores,
+        HeadActivationSite,
+        ICLPrompt,
+        ICLTask,
+        ICLTemplate,
+        TinyICLTransformer,
+        ablate_heads,
+        build_prompt,
+        fv_scores,
+        icl_accuracy,
+        induction_score_from_attention,
+        induction_scores,
+        make_synthetic_icl_tasks,
+        mean_head_activations,
+        random_heads,
+        random_token_activations,
+        sample_prompts,
+        select_heads,
+        tiny_llama,
+        token_loss_difference,
+        train_synthetic_icl,
+    )
+    from icml25.interpretability.relu_regions import (
+        FitResult,
+        RegionCount,
+        TriangleActivation,
+        TriangleNet,
+        count_linear_regions_1d,
+        fit_1d,
+        kaiming_mlp,
+        triangle_wave,
+    )
+    from icml25.interpretability.role_separation import (
+        ASSISTANT,
+        ROLES,
+        SYSTEM,
+        USER,
+        PFTCollator,
+        PFTGeneration,
+        RoleTask,
+        answer_accuracy,
+        check_position_range,
+        hf_generate,
+        pft_generate,
+        pft_llama,
+        pft_position_ids,
+        role_probe,
+        role_spans,
+        shortcut_suite,
+        train_role_model,
+    )
+    from icml25.interpretability.sae import (
+        ActivationNormalizer,
+        BatchTopKSAE,
+        MatryoshkaKSAE,
+        MatryoshkaSAE,
+        ReLUSAE,
+        SparseAutoencoder,
+        TopKSAE,
+        from_saelens,
+        pareto_curve,
+        sae_metrics,
+        to_saelens,
+        train_sae,
+    )
+    from icml25.interpretability.saeuron import (
+        ActivationCapture,
+        DigitsDDPM,
+        SAEUnlearningHook,
+        UnlearningPlan,
+        concept_feature_scores,
+        concept_latents,
+        ddpm_sample,
+        fit_block_sae,
+        from_patches,
+        intervene,
+        select_features,
+        to_patches,
+        train_ddpm,
+    )
+    from icml25.interpretability.task_vectors import (
+        TOY_TASKS,
+        PatchHandle,
+        TaskVectorResult,
+        ToyTaskData,
+        ToyVLM,
+        answer_match,
+        bottleneck_mask,
+        cross_model_transfer,
+        decoder_layers,
+        ensemble,
+        evaluate_task_vectors,
+        extract_task_vectors,
+        find_delimiter_positions,
+        first_token_correct,
+        layer_sweep,
+        patch_task_vector,
+        patched_accuracy,
+        train_toy_vlm,
+    )
+else:
+    __getattr__, __dir__ = lazy_namespace(__name__, __file__)
 
 __version__ = _distribution_version("icml25-interpretability")
-
-# The transformers integration of P52 (extra `[hf]`) is one lazy hop away, so that `import
-# icml25.interpretability` never imports transformers; its names are left out of __all__ so that
-# `from icml25.interpretability import *` works without it.
-_HF = ("extract_activations", "extract_hidden_states", "format_dialogue", "tokenize_dialogue")
-
-
-def __getattr__(name: str) -> Any:
-    if name in _HF:
-        from icml25.interpretability.deception_probes import hf
-
-        return getattr(hf, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
 
 __all__ = [  # noqa: RUF022 (grouped by paper)
     "__version__",

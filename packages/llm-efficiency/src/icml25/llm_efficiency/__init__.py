@@ -1,133 +1,140 @@
 """icml25.llm_efficiency — LLM efficiency: sparse/quantized attention, KV-cache compression, decoding and training efficiency.
 
 Each paper is one module (its docstring cites the paper and its catalog id); the public API of every
-implemented paper is re-exported here.
+implemented paper is re-exported here, lazily: a name imports its module on first use, so importing the
+package imports no paper module and a broken module breaks only its own names (:mod:`icml25.kernels.lazy`).
 """
 
 from importlib.metadata import version as _distribution_version
+from typing import TYPE_CHECKING
 
-from icml25.llm_efficiency.aqua_kv import (
-    AquaPredictors,
-    CalibrationReport,
-    HiggsQuantizer,
-    PassthroughQuantizer,
-    UniformQuantizer,
-    calibrate_predictors,
-    evaluate_kv_compression,
-    make_gaussian_grid,
-)
-from icml25.llm_efficiency.lara import (
-    Chunker,
-    DocIndex,
-    HFGenerator,
-    HybridRetriever,
-    LaraItem,
-    LCReaderParams,
-    LexicalJudge,
-    LlamaIndexRetriever,
-    LLMJudge,
-    MiniLara,
-    RagLcRouter,
-    RagReader,
-    RetrievedChunk,
-    SimulatedLCReader,
-    TextChunk,
-    build_prompt,
-    evaluate_arm,
-    extract_answer,
-    fit_context,
-    guideline_route,
-    is_refusal,
-    load_lara,
-    make_mini_lara,
-    normalize_numbers,
-    question_cues,
-    read_document,
-    routed_accuracy,
-    router_features,
-    save_lara,
-    score_predictions,
-)
-from icml25.llm_efficiency.meap import (
-    MEAPCollator,
-    MEAPSFTCollator,
-    add_mask_token,
-    causal_lm_loss,
-    mask_hf_batch,
-    meap_attention_stats,
-    meap_mask_inputs,
-    meap_pretrain_loss,
-)
-from icml25.llm_efficiency.moe_scaling import (
-    PAPER_COEFFS_UNVERIFIED,
-    Allocation,
-    JointLawParams,
-    JointMoEScalingLaw,
-    MoEFFN,
-    TinyDecoder,
-    TopicBigramCorpus,
-    budget_table,
-    lr_rule,
-    total_params,
-)
-from icml25.llm_efficiency.ntpp import (
-    DualChannelCollator,
-    deinterleave_pairs,
-    interleave_pairs,
-    ntpp_loss,
-    pair_causal_mask,
-    swap_channels,
-    turn_taking_stats,
-)
-from icml25.llm_efficiency.pencil import (
-    GenerateOutput,
-    PencilCollator,
-    PencilReductionError,
-    PencilTokens,
-    PencilVocab,
-    context_profile,
-    extract_subsequences,
-    generate_qbf,
-    generate_sat,
-    generate_seqsum,
-    pencil_generate,
-    reduce_full,
-    reduce_once,
-)
-from icml25.llm_efficiency.rapid import (
-    Chunk,
-    InductionLM,
-    RapidGenerator,
-    RapidOutput,
-    augmented_target,
-    bm25_scores,
-    chunk_text,
-    rapid_verify,
-    retrieve,
-    select_chunks,
-    tfidf_scores,
-)
-from icml25.llm_efficiency.slws import (
-    BiMambaMixer,
-    ShuffledLayer,
-    StochasticLayerShuffle,
-    VimBlock,
-    VimTiny,
-    apply_slws,
-    constant_shuffle_schedule,
-    linear_shuffle_schedule,
-    shuffle_forward,
-)
-from icml25.llm_efficiency.sparge import (
-    SpargeController,
-    SpargeHeadParams,
-    SpargeStats,
-    SpargeTuner,
-    block_sparse_attention,
-    predict_block_mask,
-    register_sparge_attention,
-    sparge_attention,
-)
+from icml25.kernels.lazy import lazy_namespace
+
+if TYPE_CHECKING:  # the name -> module map of the lazy namespace (icml25.kernels.lazy)
+    from icml25.llm_efficiency.aqua_kv import (
+        AquaPredictors,
+        CalibrationReport,
+        HiggsQuantizer,
+        PassthroughQuantizer,
+        UniformQuantizer,
+        calibrate_predictors,
+        evaluate_kv_compression,
+        make_gaussian_grid,
+    )
+    from icml25.llm_efficiency.lara import (
+        Chunker,
+        DocIndex,
+        HFGenerator,
+        HybridRetriever,
+        LaraItem,
+        LCReaderParams,
+        LexicalJudge,
+        LlamaIndexRetriever,
+        LLMJudge,
+        MiniLara,
+        RagLcRouter,
+        RagReader,
+        RetrievedChunk,
+        SimulatedLCReader,
+        TextChunk,
+        build_prompt,
+        evaluate_arm,
+        extract_answer,
+        fit_context,
+        guideline_route,
+        is_refusal,
+        load_lara,
+        make_mini_lara,
+        normalize_numbers,
+        question_cues,
+        read_document,
+        routed_accuracy,
+        router_features,
+        save_lara,
+        score_predictions,
+    )
+    from icml25.llm_efficiency.meap import (
+        MEAPCollator,
+        MEAPSFTCollator,
+        add_mask_token,
+        causal_lm_loss,
+        mask_hf_batch,
+        meap_attention_stats,
+        meap_mask_inputs,
+        meap_pretrain_loss,
+    )
+    from icml25.llm_efficiency.moe_scaling import (
+        PAPER_COEFFS_UNVERIFIED,
+        Allocation,
+        JointLawParams,
+        JointMoEScalingLaw,
+        MoEFFN,
+        TinyDecoder,
+        TopicBigramCorpus,
+        budget_table,
+        lr_rule,
+        total_params,
+    )
+    from icml25.llm_efficiency.ntpp import (
+        DualChannelCollator,
+        deinterleave_pairs,
+        interleave_pairs,
+        ntpp_loss,
+        pair_causal_mask,
+        swap_channels,
+        turn_taking_stats,
+    )
+    from icml25.llm_efficiency.pencil import (
+        GenerateOutput,
+        PencilCollator,
+        PencilReductionError,
+        PencilTokens,
+        PencilVocab,
+        context_profile,
+        extract_subsequences,
+        generate_qbf,
+        generate_sat,
+        generate_seqsum,
+        pencil_generate,
+        reduce_full,
+        reduce_once,
+    )
+    from icml25.llm_efficiency.rapid import (
+        Chunk,
+        InductionLM,
+        RapidGenerator,
+        RapidOutput,
+        augmented_target,
+        bm25_scores,
+        chunk_text,
+        rapid_verify,
+        retrieve,
+        select_chunks,
+        tfidf_scores,
+    )
+    from icml25.llm_efficiency.slws import (
+        BiMambaMixer,
+        ShuffledLayer,
+        StochasticLayerShuffle,
+        VimBlock,
+        VimTiny,
+        apply_slws,
+        constant_shuffle_schedule,
+        linear_shuffle_schedule,
+        shuffle_forward,
+    )
+    from icml25.llm_efficiency.sparge import (
+        SpargeController,
+        SpargeHeadParams,
+        SpargeStats,
+        SpargeTuner,
+        block_sparse_attention,
+        predict_block_mask,
+        register_sparge_attention,
+        sparge_attention,
+    )
+else:
+    __getattr__, __dir__ = lazy_namespace(__name__, __file__)
 
 __version__ = _distribution_version("icml25-llm-efficiency")
 
