@@ -38,6 +38,7 @@ from icml25.kernels.rng import global_rng_state
 
 __all__ = [
     "DEFAULT_KINDS",
+    "SKLEARN_CHECKS_FITTING_CLASS_LABELS",
     "Allow",
     "HostileCase",
     "HostileReport",
@@ -51,6 +52,41 @@ __all__ = [
 ]
 
 DEFAULT_KINDS = ("nan", "posinf", "neginf", "empty", "dtype", "extra_dim", "missing_dim", "constant", "huge")
+
+# scikit-learn's estimator checks (``parametrize_with_checks``) that fit a classifier on 1-D class labels, or on
+# data derived from such a fit. A classifier whose ``y`` is by design two columns (a label and a second observed
+# outcome, e.g. TFLClassifier's [ybar, s], RagLcRouter's [lc_correct, rag_correct]) cannot pass them; its package
+# declares them as expected failures with its reason.
+SKLEARN_CHECKS_FITTING_CLASS_LABELS = (
+    "check_classifier_data_not_an_array",
+    "check_classifiers_classes",
+    "check_classifiers_one_label",
+    "check_classifiers_regression_target",
+    "check_classifiers_train",
+    "check_dict_unchanged",
+    "check_dont_overwrite_parameters",
+    "check_dtype_object",
+    "check_estimators_dtypes",
+    "check_estimators_fit_returns_self",
+    "check_estimators_nan_inf",
+    "check_estimators_overwrite_params",
+    "check_estimators_pickle",
+    "check_f_contiguous_array_estimator",
+    "check_fit2d_1feature",
+    "check_fit2d_1sample",
+    "check_fit2d_predict1d",
+    "check_fit_check_is_fitted",
+    "check_fit_idempotent",
+    "check_fit_score_takes_y",
+    "check_methods_sample_order_invariance",
+    "check_methods_subset_invariance",
+    "check_n_features_in",
+    "check_n_features_in_after_fitting",
+    "check_pipeline_consistency",
+    "check_positive_only_tag_during_fit",
+    "check_readonly_memmap_input",
+    "check_supervised_y_2d",
+)
 _HUGE = {torch.float64: 1e300, np.dtype(np.float64): 1e300}  # else 1e30 (float32/float16 overflow on x**2)
 
 
