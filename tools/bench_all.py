@@ -16,7 +16,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -29,16 +28,6 @@ def scripts() -> list[Path]:
     return sorted((ROOT / "shared-kernels" / "benchmarks").glob("bench_*.py")) + sorted(
         ROOT.glob("packages/*/benchmarks/bench_*.py")
     )
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def load() -> str:
@@ -185,15 +174,16 @@ def main(argv: list[str] | None = None) -> int:
         "--append", action="store_true", help="append this run as a section of --out instead of rewriting it"
     )
     args = parser.parse_args(argv)
-    import torch
+    from icml25.kernels.reproduce import machine  # the ledger's own machine description
 
     paths = [p for p in scripts() if not args.only or p.stem in args.only]
+    host = machine()
     info = {
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "cpu": cpu_model(),
-        "cores": os.cpu_count(),
-        "torch": torch.__version__,
-        "python": platform.python_version(),
+        "cpu": host["cpu"],
+        "cores": host["cores"],
+        "torch": host.get("torch", "not installed"),
+        "python": host["python"],
         "threads": args.threads,
         "load_start": load(),
         "commit": git_commit(),
