@@ -25,6 +25,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, fields
 from importlib import resources
 from pathlib import Path
+from typing import Any, TypeVar
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -121,11 +122,14 @@ def load(path: str | Path | None = None, *, packages: Collection[str] | None = N
     Raises:
         ValueError: a malformed entry, naming the paper (or entry index) and the field.
     """
+    return load_text(_read_data("catalog.toml", path), packages=packages)
+
+
+def _read_data(shipped: str, path: str | Path | None) -> str:
+    """The text of ``path``, or of the data file ``shipped`` inside the installed ``icml25.kernels``."""
     if path is None:
-        text = resources.files("icml25.kernels").joinpath("catalog.toml").read_text(encoding="utf-8")
-    else:
-        text = Path(path).read_text(encoding="utf-8")
-    return load_text(text, packages=packages)
+        return resources.files("icml25.kernels").joinpath(shipped).read_text(encoding="utf-8")
+    return Path(path).read_text(encoding="utf-8")
 
 
 def load_text(text: str, *, packages: Collection[str] | None = None) -> list[Paper]:
@@ -307,10 +311,7 @@ def load_deviations(
     Raises:
         ValueError: a malformed entry, naming the paper (or entry index) and the field.
     """
-    if path is None:
-        text = resources.files("icml25.kernels").joinpath("deviations.toml").read_text(encoding="utf-8")
-    else:
-        text = Path(path).read_text(encoding="utf-8")
+    text = _read_data("deviations.toml", path)
     if papers is None:
         papers = [p.id for p in load() if p.status == "implemented"]
     return load_deviations_text(text, papers=papers)
@@ -357,7 +358,10 @@ def load_deviations_text(text: str, *, papers: Collection[str]) -> dict[str, Rev
     }
 
 
-def _build(cls: type, entry: dict, where: str, exclude: Collection[str] = ()) -> object:
+_Entry = TypeVar("_Entry", "Review", "Deviation")
+
+
+def _build(cls: type[_Entry], entry: dict[str, Any], where: str, exclude: Collection[str] = ()) -> _Entry:
     allowed = {f.name for f in fields(cls)} - set(exclude)
     unknown = set(entry) - allowed
     if unknown:
