@@ -193,8 +193,9 @@ class _Recorder(torch.nn.Module):
         return self.model(input_ids, cache=cache, **kwargs)
 
 
-def _exact_output_law(target, drafter, long, rag, n_new, gamma, eta, alpha=0.1):
-    """Exact law of RAPID's output sequence (residual 'exact'), enumerating drafts and acceptances."""
+def _exact_output_law(target, drafter, long, rag, n_new, gamma, eta, alpha=0.1, confidence=None):
+    """Exact law of RAPID's output sequence (residual 'exact'), enumerating drafts and acceptances; a draft
+    with drafter probability below ``confidence`` ends its round (the official stop rule)."""
     vocab = target.vocab_size
 
     def dist(model, ctx):
@@ -219,7 +220,8 @@ def _exact_output_law(target, drafter, long, rag, n_new, gamma, eta, alpha=0.1):
         p_hat = torch.softmax(augmented_target(zp[None], zq[None], eta, alpha).double(), -1)[0]
         accept = torch.minimum(torch.ones_like(q), p_hat / q)
         for y in range(vocab):
-            draft(gen, (*ys, y), prob * float(q[y] * accept[y]), k)
+            stop = confidence is not None and float(q[y]) < confidence
+            draft(gen, (*ys, y), prob * float(q[y] * accept[y]), len(ys) + 1 if stop else k)
         res = (p_hat - q).clamp_min(0)
         if float(res.sum()) > 0:
             reject = float((q * (1 - accept)).sum())
@@ -248,11 +250,15 @@ def test_eta_zero_output_law_equals_target_only_decoding_exactly():
     assert sum(law.values()) == pytest.approx(1.0, abs=1e-9)
 
 
-def test_generator_samples_the_exact_output_law():
+@pytest.mark.parametrize("confidence", [None, 0.4])
+def test_generator_samples_the_exact_output_law(confidence):
     target, drafter, long, rag = _tiny_models()
-    law = _exact_output_law(target, drafter, long, rag, n_new=3, gamma=2, eta=2.0)
+    law = _exact_output_law(target, drafter, long, rag, n_new=3, gamma=2, eta=2.0, confidence=confidence)
+    if confidence is not None:  # the stop rule changes where the bonus token (drawn from p, not p̂) falls
+        fixed = _exact_output_law(target, drafter, long, rag, n_new=3, gamma=2, eta=2.0)
+        assert max(abs(law.get(c, 0.0) - fixed.get(c, 0.0)) for c in {*law, *fixed}) > 1e-3
     cells = list(itertools.product(range(3), repeat=3))
-    rapid = RapidGenerator(target, drafter, gamma=2, eta=2.0)
+    rapid = RapidGenerator(target, drafter, gamma=2, eta=2.0, confidence_threshold=confidence)
     g = torch.Generator().manual_seed(3)
     counts = torch.zeros(len(cells))
     for _ in range(3000):
@@ -320,6 +326,37 @@ def test_eos_inside_the_draft_stops_generation_and_accepts_at_most_gamma():
         prompt, prompt[-7:], 20, do_sample=False, eos_token_id=[]
     )
     assert len(free.tokens) == 20 and max(free.accepted_per_round) <= 4 and not free.stopped_at_eos
+
+
+def test_confidence_stop_ends_a_round_after_an_unconfident_draft():
+    rng = np.random.default_rng(4)
+    target, drafter = InductionLM(20, tau=4.0, smoothing=0.05), InductionLM(20, tau=1.0, smoothing=0.05)
+    long, rag = torch.tensor(rng.integers(0, 20, 60)), torch.tensor(rng.integers(0, 20, 12))
+
+    def rounds(threshold):
+        rapid = RapidGenerator(target, drafter, gamma=4, eta=1.0, confidence_threshold=threshold)
+        return rapid.generate(long, rag, 16, do_sample=False, eos_token_id=[])
+
+    fixed, always, never = rounds(None), rounds(1.0), rounds(0.0)
+    assert fixed.drafted_per_round[:-1] == [4] * (len(fixed.drafted_per_round) - 1)
+    assert torch.equal(never.tokens, fixed.tokens) and never.drafted_per_round == fixed.drafted_per_round
+    assert set(always.drafted_per_round) <= {0, 1}  # every draft has probability < 1: one per round
+    # the rule: a round stops exactly after its first draft whose drafter probability is below 0.5
+    half = rounds(0.5)
+    seq = rag.tolist()
+    for n, d in zip(half.accepted_per_round, half.drafted_per_round):
+        probs = []
+        ctx = list(seq)
+        for _ in range(d):
+            q = torch.softmax(drafter(torch.tensor([ctx])).logits[0, -1], -1)
+            y = int(q.argmax())
+            probs.append(float(q[y]))
+            ctx.append(y)
+        assert all(p >= 0.5 for p in probs[:-1])
+        budget = min(4, 16 - (len(seq) - len(rag)) - 1)  # γ, or fewer at the end of generation
+        assert d == budget or probs[-1] < 0.5
+        seq = seq + half.tokens[len(seq) - len(rag) : len(seq) - len(rag) + n + 1].tolist()
+    assert any(d < 4 for d in half.drafted_per_round[:-1])
 
 
 def test_self_speculation_and_determinism_with_a_seed():
@@ -433,6 +470,11 @@ def test_bad_eta_alpha_gamma_residual():
         RapidGenerator(model, gamma=0)
     with pytest.raises(ValueError, match="residual must be one of"):
         RapidGenerator(model, residual="textbook")
+    for bad in (1.5, -0.1, float("nan")):
+        with pytest.raises(ValueError, match=r"confidence_threshold must be a finite float in \[0.0, 1.0\]"):
+            RapidGenerator(model, confidence_threshold=bad)
+    with pytest.raises(TypeError, match="confidence_threshold"):
+        RapidGenerator(model, confidence_threshold=True)
 
 
 def test_bad_vocabulary_mismatch_between_target_and_drafter():

@@ -2,8 +2,9 @@
 
 :class:`RapidGenerator` runs RAPID over two causal LMs with a shared vocabulary: the *target* reads the
 long prompt (long context + query), the *RAG drafter* a short one (retrieved chunks + query). Each round
-the drafter samples ``γ`` tokens on its own short KV cache, the target scores them in one forward pass on
-the long cache, and :func:`~icml25.llm_efficiency.rapid.rapid_verify` accepts a prefix against the
+the drafter samples up to ``γ`` tokens on its own short KV cache (as the official code, it stops early after
+a token it drafted with probability below ``confidence_threshold``), the target scores them in one forward
+pass on the long cache, and :func:`~icml25.llm_efficiency.rapid.rapid_verify` accepts a prefix against the
 retrieval-augmented target ``p̂`` and adds one token; both caches are cropped back to the accepted prefix.
 ``drafter=None`` is self-speculation (the target's weights with a separate cache on the RAG prompt).
 
@@ -30,6 +31,7 @@ from typing import Any
 
 import torch
 
+from icml25.kernels.checks import check_float
 from icml25.kernels.rng import make_generator
 from icml25.llm_efficiency.rapid.sampling import RESIDUALS, _check_alpha, _check_eta, _sample, rapid_verify
 
@@ -192,7 +194,12 @@ class RapidGenerator:
     Args:
         target: the long-context model (HF causal LM or the same calling convention).
         drafter: the RAG drafter; None = self-speculation with the target's weights (separate cache).
-        gamma: drafted tokens per round ``γ ≥ 1`` (official examples: 10).
+        gamma: the most drafted tokens per round ``γ ≥ 1`` (official examples: 10).
+        confidence_threshold: the official stop rule (transformers' ``ConfidenceCriteria``, which the official
+            code turns on for the drafter): a round's drafting stops after a drafted token whose probability
+            under the drafter's processed distribution is below this value (that token is still verified).
+            Default 0.1, the official LongBench script's ``assistant_confidence_threshold``; ``None`` drafts
+            exactly ``γ`` tokens every round (this module's rule before the alignment).
         eta: strength ``η ≥ 0`` of the retrieval-augmented target (``0``: standard speculative decoding,
             the output is distributed as the target's; README: 10 (5–50); official ``generate`` default 1).
         alpha: truncation ``α ∈ (0, 1]`` of the correction (official 0.1).
@@ -213,6 +220,7 @@ class RapidGenerator:
         eta: float = 10.0,
         alpha: float = 0.1,
         residual: str = "exact",
+        confidence_threshold: float | None = 0.1,
         tokenizer: Any = None,
         drafter_tokenizer: Any = None,
         verify: Callable[..., tuple[torch.Tensor, int]] | None = None,
@@ -226,6 +234,11 @@ class RapidGenerator:
             raise TypeError(f"gamma must be an int >= 1, got {type(gamma).__name__}")
         if gamma < 1:
             raise ValueError(f"gamma must be >= 1 (drafted tokens per round), got {gamma}")
+        self.confidence_threshold = (
+            None
+            if confidence_threshold is None
+            else check_float(confidence_threshold, "confidence_threshold", low=0.0, high=1.0)
+        )
         if residual not in RESIDUALS:
             raise ValueError(f"residual must be one of {RESIDUALS}, got {residual!r}")
         if verify is not None and not callable(verify):
@@ -251,6 +264,12 @@ class RapidGenerator:
                 )
             vt = shared
         self.vocab = vt
+
+    def _unconfident(self, q: torch.Tensor, y: int) -> bool:
+        """Whether the drafter's probability of its draft ``y`` (``q``: processed logits) is below the threshold."""
+        if self.confidence_threshold is None:
+            return False
+        return float(torch.softmax(q, dim=-1)[y]) < self.confidence_threshold
 
     def _process(self, processor: Processor | None, temperature: float, ids: list[int], logits: torch.Tensor):
         if processor is not None:
@@ -341,7 +360,7 @@ class RapidGenerator:
                     y = int(q.argmax())
                 drafts.append(y)
                 q_rows.append(q)
-                if y in eos:
+                if y in eos or self._unconfident(q, y):
                     break
                 pending = [y]
             rows = target.feed(long_seq[len(target.fed) :] + drafts)[-(len(drafts) + 1) :]

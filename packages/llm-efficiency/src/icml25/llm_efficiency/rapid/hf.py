@@ -2,7 +2,7 @@
 
 :func:`rapid_generate` is a decoding method for transformers' ``generate(custom_generate=...)`` hook, so
 RAPID runs from the usual call without monkey-patching ``GenerationMixin`` (the official code patches
-``generate``/``_assisted_decoding`` of transformers 4.46)::
+``generate``/``_assisted_decoding`` of transformers 4.45.2, the version it pins)::
 
     out = target.generate(long_ids, custom_generate=rapid_generate, drafter=drafter,
                           rag_input_ids=rag_ids, gamma=10, eta=10.0, do_sample=True,
@@ -10,9 +10,10 @@ RAPID runs from the usual call without monkey-patching ``GenerationMixin`` (the 
 
 ``generate`` prepares the generation config, logits processors (temperature, top-k/top-p, penalties:
 applied to target and drafter rows alike, as in the official code) and stopping criteria; RAPID's own
-arguments (``drafter``, ``rag_input_ids``, ``gamma``, ``eta``, ``alpha``, ``residual``, ``seed``,
-``generator``) pass through. HF assisted generation cannot give the drafter a different prompt, hence a
-custom decoding loop (:class:`~icml25.llm_efficiency.rapid.RapidGenerator`). Batch size 1, no padding.
+arguments (``drafter``, ``rag_input_ids``, ``gamma``, ``eta``, ``alpha``, ``residual``,
+``confidence_threshold``, ``seed``, ``generator``) pass through. HF assisted generation cannot give the
+drafter a different prompt, hence a custom decoding loop (:class:`~icml25.llm_efficiency.rapid.RapidGenerator`).
+Batch size 1, no padding.
 
 Requires the ``[hf]`` extra (``pip install 'icml25-llm-efficiency[hf]'``).
 """
@@ -58,6 +59,7 @@ def rapid_generate(
     eta: float = 10.0,
     alpha: float = 0.1,
     residual: str = "exact",
+    confidence_threshold: float | None = 0.1,
     seed: int | None = None,
     generator: torch.Generator | None = None,
     **model_kwargs: Any,
@@ -86,7 +88,10 @@ def rapid_generate(
         sequences = input_ids
     else:
         eos = generation_config.eos_token_id
-        rapid = RapidGenerator(model, drafter, gamma=gamma, eta=eta, alpha=alpha, residual=residual)
+        rapid = RapidGenerator(
+            model, drafter, gamma=gamma, eta=eta, alpha=alpha, residual=residual,
+            confidence_threshold=confidence_threshold,
+        )  # fmt: skip
 
         def stop(ids: torch.Tensor) -> bool:
             if stopping_criteria is None:
