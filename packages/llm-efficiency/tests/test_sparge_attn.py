@@ -201,6 +201,18 @@ def test_hf_tune_mode_then_sparse(tiny_llama):
     torch.testing.assert_close(model(ids).logits, out, atol=0, rtol=0)
     assert ctrl.stats == {} and ctrl.sparsity() == 0.0
     ctrl.collect_stats = True
+    # Tuned layers serve with the attention sink (K block 0 always kept), as the official tuned inference;
+    # layers without tuned parameters use the op's default (no sink).
+    assert ctrl._hyper(0, torch.device("cpu"))["attention_sink"] is True
+    assert "attention_sink" not in ctrl._hyper(5, torch.device("cpu"))
+    ctrl.tuned_attention_sink, ctrl._on_device = False, {}
+    no_sink = model(ids).logits
+    assert ctrl._hyper(0, torch.device("cpu"))["attention_sink"] is False
+    assert relative_l1(no_sink, ref) < 0.1
+    ctrl.tuned_attention_sink, ctrl._on_device = True, {}
+    torch.testing.assert_close(model(ids).logits, out, atol=0, rtol=0)
+    with pytest.raises(TypeError, match="tuned_attention_sink must be a bool"):
+        SpargeController(tuned_attention_sink="yes")
     # save and reload the tuned parameters
     fresh = SpargeController()
     fresh.load_state_dict(json.loads(json.dumps(ctrl.state_dict())))

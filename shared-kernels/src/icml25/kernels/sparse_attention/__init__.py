@@ -505,7 +505,7 @@ def block_sparse_attention(
     scale: float | None = None,
     pv_threshold: float | torch.Tensor | None = None,
     quantize_qk: bool = True,
-    qk_quant_gran: str = "per_warp",
+    qk_quant_gran: str = "per_block",
     smooth_k: bool = True,
     layout: str = "HND",
     block_q: int = 128,
@@ -526,8 +526,9 @@ def block_sparse_attention(
         scale: softmax scale (default ``1/√d``).
         pv_threshold: λ in log2 units (float or ``[H]``); ``None`` disables the PV skip.
         quantize_qk: INT8 Q/K (SageAttention) instead of full-precision QKᵀ.
-        qk_quant_gran: ``"per_warp"`` (one Q scale per warp of rows, SageAttention's granularity) or
-            ``"per_block"`` (one per Q block, as the official SpargeAttn launch); K: one scale per block.
+        qk_quant_gran: ``"per_block"`` (default: one Q scale per Q block, as the official SpargeAttn
+            launch) or ``"per_warp"`` (one per warp of rows, SageAttention's finer granularity); K: one
+            scale per block.
         smooth_k: subtract K's token mean per head (exact for softmax; improves INT8 accuracy).
         return_stats: also return :class:`SpargeStats` (this reads counts back from the device).
 
@@ -563,7 +564,7 @@ def sparge_attention(
     sim_threshold: float | torch.Tensor = 0.6,
     pv_threshold: float | torch.Tensor | None = 50.0,
     quantize_qk: bool = True,
-    qk_quant_gran: str = "per_warp",
+    qk_quant_gran: str = "per_block",
     smooth_k: bool = True,
     attention_sink: bool = False,
     layout: str = "HND",
@@ -586,7 +587,8 @@ def sparge_attention(
             block_q, block_k, backend: as in :func:`predict_block_mask`.
         pv_threshold: λ (log2 units, float or ``[H]``); ``None`` disables the stage-2 skip.
         quantize_qk: INT8 Q/K; ``False`` computes QKᵀ in full precision.
-        qk_quant_gran: ``"per_warp"`` or ``"per_block"`` Q scales (see :func:`block_sparse_attention`).
+        qk_quant_gran: ``"per_block"`` (default, official) or ``"per_warp"`` Q scales (see
+            :func:`block_sparse_attention`).
         return_stats: also return :class:`SpargeStats`.
         compute_l1: with ``return_stats``, fill ``stats.l1`` (relative L1 vs dense attention; costs a
             dense pass).

@@ -94,7 +94,8 @@ class BlockStats(NamedTuple):
     pooled: torch.Tensor
     """``[B, H, n, d]`` fp32: the mean of each block's real rows (after subtracting ``mean``)."""
     selfsim: torch.Tensor
-    """``[B, H, n]`` fp32: the mean pairwise cosine of each block's real rows."""
+    """``[B, H, n]`` fp32: the mean pairwise cosine of each block's rows; ``-inf`` for a partial last block,
+    which is therefore never *similar* (the official kernel's zero-filled rows give it a NaN similarity)."""
     x_int8: torch.Tensor | None
     """``[B, H, n*block, d]`` int8 values (padded rows are 0), or ``None`` without quantization."""
     scale: torch.Tensor | None
@@ -113,7 +114,8 @@ def block_stats(
 
     Args:
         x: the tensor to cut into blocks of ``block`` tokens along dim -2.
-        block: block length; the last block may be partial and uses its real length.
+        block: block length; the last block may be partial: its pooled mean uses its real length, and it
+            is never similar (official).
         mean: ``[B, H, d]`` subtracted from every token first (K smoothing), or ``None``.
         quant_scale: when not ``None``, also quantize ``quant_scale * (x - mean)`` to INT8 per block
             (for Q this is ``softmax_scale * log2(e)``, so the kernel works in log2 units).
@@ -121,7 +123,7 @@ def block_stats(
 
     Returns:
         :class:`BlockStats`: ``pooled [B, H, n, d]`` (mean of the block's real rows), ``selfsim [B, H, n]``
-        (mean pairwise cosine of the real rows), and ``x_int8 [B, H, n*block, d]`` int8,
+        (mean pairwise cosine of the rows; ``-inf`` for a partial last block), and ``x_int8 [B, H, n*block, d]`` int8,
         ``scale [B, H, n*block/quant_group]`` float32 (both ``None`` without ``quant_scale``).
     """
     B, H, L, d = x.shape
@@ -137,6 +139,8 @@ def block_stats(
     unit = xb / torch.where(norms > 0, norms, torch.ones_like(norms))  # padded rows stay zero
     # Mean of all n² pairwise cosines = ‖Σ x̂_i‖² / n²: O(n d) instead of the n×n Gram matrix.
     selfsim = unit.sum(dim=-2).pow(2).sum(dim=-1) / counts**2
+    if L % block:  # a partial last block is always judged non-similar (computed densely), as officially
+        selfsim[..., -1] = -math.inf
     if quant_scale is None:
         return BlockStats(pooled, selfsim, None, None)
     group = block if quant_group is None else quant_group

@@ -73,7 +73,9 @@ def _stats_block(
     norm = tl.sqrt(tl.sum(x * x, axis=1))
     unit = x / tl.where(norm > 0, norm, 1.0)[:, None]
     s = tl.sum(unit, axis=0)
-    tl.store(SIM + bh * NB + nb, tl.sum(s * s, axis=0) / (n * n))
+    # A partial last block is never similar (the official kernel's zero-filled rows make its similarity NaN).
+    sim = tl.where(n < BS, float("-inf"), tl.sum(s * s, axis=0) / (n * n))
+    tl.store(SIM + bh * NB + nb, sim)
     if QUANT:
         xs = x * quant_scale
         # One scale per group of QG consecutive rows (QG = BS: per block; QG = warp rows: per warp).

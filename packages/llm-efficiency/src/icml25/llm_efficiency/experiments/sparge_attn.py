@@ -231,7 +231,10 @@ def measure_tuner(setting: Setting, seed: int) -> dict[str, float]:
 
     def tuned_error(inputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> tuple[float, float]:
         q, k, v = inputs
-        o, st = sparge_attention(q, k, v, **tuner.result().kwargs(), return_stats=True, **blocks)
+        # Tuned inference keeps the attention sink (K block 0), as the official one does.
+        o, st = sparge_attention(
+            q, k, v, **tuner.result().kwargs(), attention_sink=True, return_stats=True, **blocks
+        )
         dense = dense_attention_reference(q, k, v, is_causal=False, scale=1 / math.sqrt(s.dim))
         return relative_l1(o, dense), st.sparsity
 

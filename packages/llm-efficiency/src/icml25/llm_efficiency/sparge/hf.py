@@ -51,6 +51,9 @@ class SpargeController:
         tuner_kwargs: keyword arguments of :class:`SpargeTuner` used in tune mode.
         collect_stats: record :class:`SpargeStats` of every sparse call (for :meth:`sparsity`); this reads
             counts back from the device, i.e. one host sync per call on a GPU — pass ``False`` to serve.
+        tuned_attention_sink: layers with tuned parameters always keep K block 0 (the attention sink), as
+            the official tuned inference does (``autotune.py``: "only keep True when inference"); tuning
+            itself runs without it. ``False`` serves tuned layers without the sink.
     """
 
     def __init__(
@@ -67,6 +70,7 @@ class SpargeController:
         backend: str | None = None,
         tuner_kwargs: dict[str, Any] | None = None,
         collect_stats: bool = True,
+        tuned_attention_sink: bool = True,
     ) -> None:
         self.defaults: dict[str, Any] = {
             "cdf_threshold": cdf_threshold, "topk": topk, "sim_threshold": sim_threshold,
@@ -84,6 +88,9 @@ class SpargeController:
         self.stats: dict[int, SpargeStats] = {}  # last sparse call of each layer
         self.dense_calls = 0  # calls that fell back to dense attention
         self.collect_stats = bool(collect_stats)
+        if not isinstance(tuned_attention_sink, bool):
+            raise TypeError(f"tuned_attention_sink must be a bool, got {type(tuned_attention_sink).__name__}")
+        self.tuned_attention_sink = tuned_attention_sink
         # Per-head parameters copied to the device once per (layer, device) and parameter object.
         self._on_device: dict[tuple[int, torch.device], tuple[SpargeHeadParams, dict[str, Any]]] = {}
 
@@ -196,7 +203,8 @@ class SpargeController:
             return dict(self.defaults)
         cached = self._on_device.get((layer, device))
         if cached is None or cached[0] is not params:
-            moved = {n: t.to(device) for n, t in params.kwargs().items()} | {"topk": None}
+            moved = {n: t.to(device) for n, t in params.kwargs().items()}
+            moved |= {"topk": None, "attention_sink": self.tuned_attention_sink}
             cached = self._on_device[(layer, device)] = (params, moved)
         return cached[1]
 
