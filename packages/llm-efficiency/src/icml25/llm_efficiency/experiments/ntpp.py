@@ -8,19 +8,22 @@ content, generating one frame per forward pass, as well as a flattened next-toke
 Our CPU-scale setting (:class:`Setting` gives each knob's paper value next to ours): synthetic dialogues,
 vocabulary {SIL} ∪ 32 content tokens. Speakers alternate turns of U ~ U{4..16} tokens (quick U{3..6}); the
 responder starts after a gap of 1–6 silent frames (quick 1–3), or with probability 0.15 1–2 frames before
-the other ends (overlap). Token 0 of every utterance is fresh and random; the responder's tokens k ≥ 1 are
-``anchor + 7 + (k - 1)`` mod 32, where ``anchor`` is the other's last content token heard before the
-response started (causal even under overlap; the fresh token keeps the rule unpredictable from one's own
-channel). Training crops of T frames, channels swapped with p = 0.5. Arms, each a random-init
+the other ends (overlap). Turns alternate between an initiation (fresh random content) and a response that
+maps the whole initiation token by token, ``Y_k = f(X_{k mod |X|})`` with ``f(t) = t + 7`` mod 32 (a forward
+map, so causal even under a 2-frame overlap: ``X_k`` is always heard before ``Y_k``; a response longer than
+the initiation wraps around it). Since speakers alternate, one speaker initiates and the other responds in a
+dialogue; the fresh initiations keep every response unpredictable from the responder's own channel.
+Training crops of T frames, channels swapped with p = 0.5. Arms, each a random-init
 ``LlamaForCausalLM`` from the same seed: (A) NTPP (pair-causal mask, frame positions, channel embedding),
 (B) flattened NTP on ``a_0 b_0 a_1 …`` with the standard causal mask (full mode only), (C) the deaf control:
 NTPP whose tokens see only their own channel.
 
-Evaluation on held-out dialogues, one window per a→b response. Teacher-forced: the accuracy and NLL of b's
-first reactive token given the true history. Generated (full mode): the history up to 2 frames before a's
+Evaluation on held-out dialogues, one window per a→b response (a initiates, b responds). Teacher-forced: the
+accuracy and NLL of b's second response token (its first after the onset) given the true history. Generated (full mode): the history up to 2 frames before a's
 turn ends is the prompt, channel a is teacher-forced and channel b generated greedily (silence iff
-p(SIL) ≥ 1/2); the onset is a hit when b starts within [-2, +6] frames of a's end (the generator's support)
-and content accuracy is the fraction of b's generated tokens 1.. that follow the rule. The deaf control
+p(SIL) ≥ 1/2); the onset is a hit when b starts within [-2, +3] frames of the frame after a's last token
+(the generator's support is [-2, +6]: the onset within it is reported, not gated) and content accuracy is the
+fraction of b's generated utterance tokens that follow the rule. The deaf control
 cannot hear a's end: the exact Bayes bound of any onset rule that sees only b's own channel
 (:func:`deaf_onset_bound`) is reported.
 
@@ -70,8 +73,8 @@ N_CONTENT = 32
 VOCAB = N_CONTENT + 1  # token 0 is silence, 1..32 content
 SHIFT = 7
 OVERLAP_P = 0.15
-ONSET_WINDOW = (-2, 6)
-"""Allowed onset of b relative to the frame after a's last token (the generator's support: overlap 1–2, gap 1–6)."""
+ONSET_WINDOW = (-2, 3)
+"""Allowed onset of b relative to the frame after a's last token (the plan's window; overlap 1–2, gap 1–3)."""
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,7 @@ class Setting:
     """One reproduction scale: data, models, training budget, evaluation and pass bars."""
 
     T: int
-    """Training crop in frames (paper: minutes of Fisher audio at 12.5 Hz Mimi frames; ours 96, quick 32)."""
+    """Training crop in frames (paper: minutes of Fisher audio at 12.5 Hz Mimi frames; ours 128, quick 32)."""
     steps: int
     """AdamW steps per arm (paper: two-stage training of a 7–8B LLM; ours 800, quick 100)."""
     batch: int
@@ -108,7 +111,7 @@ class Setting:
     """Full pass rule (onset, content, vs flat, vs deaf) or the quick one (losses, content vs deaf)."""
 
 
-FULL = Setting(T=96, steps=800, batch=16, hidden=128, layers=3)
+FULL = Setting(T=128, steps=800, batch=16, hidden=128, layers=3)
 # Quick: shorter turns (more reactive tokens per crop) and one layer, so that 100 steps learn the lookup.
 QUICK = Setting(
     T=32,
@@ -186,19 +189,10 @@ def threshold(quick: bool = True) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ data
-def respond(anchor: int, k: int) -> int:
-    """The responder's k-th token (``k >= 1``; content ids 1..32): ``anchor + 7 + (k - 1)`` mod 32, where
-    ``anchor`` is the other channel's last content token heard before the response started (token 0 of
-    every utterance is fresh and random)."""
-    return (anchor - 1 + SHIFT + k - 1) % N_CONTENT + 1
-
-
-def anchor_token(other: Sequence[int], onset: int) -> int | None:
-    """The other channel's last content token at a frame ``< onset`` (None if it never spoke)."""
-    for v in reversed(list(other[:onset])):
-        if v != SIL:
-            return int(v)
-    return None
+def respond(heard: Sequence[int], k: int) -> int:
+    """The responder's k-th token (``k >= 0``; content ids 1..32) answering the utterance ``heard``:
+    ``f(heard[k mod len(heard)])`` with ``f(t) = t + 7`` mod 32 (token by token; a longer response wraps)."""
+    return (int(heard[k % len(heard)]) - 1 + SHIFT) % N_CONTENT + 1
 
 
 def simulate_dialogues(
@@ -207,31 +201,40 @@ def simulate_dialogues(
     """``n`` synthetic dialogues of ``frames`` frames: ``a (n, frames)``, ``b (n, frames)`` and the turn events.
 
     Each event is a dict ``row, speaker (0 = a, 1 = b), start, end`` (inclusive frame of the last token),
-    ``prev`` (the index of the previous event in the row or -1). The first speaker and its content are
-    random; every later utterance answers the previous one by :func:`respond`.
+    ``tokens``, ``response`` (whether it answers the previous utterance) and ``prev`` (the index of the
+    previous event in the row or -1). The first speaker is random and initiates; turns alternate between an
+    initiation (fresh random tokens) and a response that maps the initiation by :func:`respond`.
     """
     out = np.full((2, n, frames), SIL, dtype=np.int64)
     events: list[dict[str, Any]] = []
     for r in range(n):
         spk = int(rng.integers(2))
         start = int(rng.integers(0, 4))
-        prev_tokens: list[int] | None = None
-        prev_start = 0
+        prev_tokens: list[int] = []
         prev_idx = -1
+        response = False
         while start < frames:
             L = int(rng.integers(setting.u_min, setting.u_max + 1))
             toks = [int(v) for v in rng.integers(1, N_CONTENT + 1, size=L)]
-            if prev_tokens is not None:  # the previous utterance's last token at a frame < start
-                anchor = prev_tokens[min(len(prev_tokens) - 1, start - 1 - prev_start)]
-                toks[1:] = [respond(anchor, k) for k in range(1, L)]
+            if response:  # token k answers the initiation's token k, heard at an earlier frame
+                toks = [respond(prev_tokens, k) for k in range(L)]
             end = start + L - 1
             span = toks[: max(0, min(L, frames - start))]
             out[spk, r, start : start + len(span)] = span
             events.append(
-                {"row": r, "speaker": spk, "start": start, "end": end, "tokens": toks, "prev": prev_idx}
+                {
+                    "row": r,
+                    "speaker": spk,
+                    "start": start,
+                    "end": end,
+                    "tokens": toks,
+                    "response": response,
+                    "prev": prev_idx,
+                }
             )
             prev_idx = len(events) - 1
-            prev_tokens, prev_start = toks, start
+            prev_tokens = toks
+            response = not response
             if rng.random() < OVERLAP_P:
                 start = end + 1 - int(rng.integers(1, 3))
             else:
@@ -246,7 +249,7 @@ def deaf_onset_bound(setting: Setting) -> float:
     It knows its own last turn end ``E``; the other starts at ``E+1+g`` (gap ``g`` in ``1..gap_max``,
     probability ``(1-0.15)/gap_max`` each) or ``E+1-o`` (overlap ``o`` in ``{1, 2}``, 0.075 each) and
     speaks ``L`` ~ U{u_min..u_max} frames, ending at ``e``. The responder picks the onset ``E + d`` that
-    maximises ``P(e + 1 - 2 <= E + d <= e + 1 + gap_max)``; the bound is that maximum.
+    maximises ``P(e + 1 - 2 <= E + d <= e + 1 + 3)`` (:data:`ONSET_WINDOW`); the bound is that maximum.
     """
     starts = {1 + g: (1 - OVERLAP_P) / setting.gap_max for g in range(1, setting.gap_max + 1)}
     for o in (1, 2):
@@ -267,7 +270,8 @@ def response_windows(
     a: np.ndarray, b: np.ndarray, events: list[dict[str, Any]], setting: Setting, n_max: int
 ) -> dict[str, Any]:
     """Evaluation windows, one per a→b response: a ``(W, T - horizon)`` prompt, the ``(W, horizon)`` user
-    stream, and per window the frame ``t0`` where generation starts, a's end and a's utterance."""
+    stream, and per window (``meta``) the frame ``t0`` where generation starts, a's end, b's true onset (all
+    relative to the window) and a's utterance."""
     C = setting.T - setting.horizon
     frames = a.shape[1]
     nxt = {ev["prev"]: ev for ev in events if ev["prev"] >= 0}
@@ -278,6 +282,7 @@ def response_windows(
         if (
             ev["speaker"] != 0
             or idx not in nxt
+            or not nxt[idx]["response"]
             or t0 - C < 0
             or t0 + setting.horizon > frames
             or b[r, t0] != SIL
@@ -288,7 +293,7 @@ def response_windows(
         pb.append(b[r, w0:t0])
         user.append(a[r, t0 : t0 + setting.horizon])
         true_b.append(b[r, t0 : t0 + setting.horizon])
-        meta.append((t0 - w0, e - w0, nxt[idx]["start"] - w0))
+        meta.append((t0 - w0, e - w0, nxt[idx]["start"] - w0, tuple(ev["tokens"])))
         if len(meta) == n_max:
             break
     return {
@@ -301,32 +306,36 @@ def response_windows(
 
 
 def score(gen_b: torch.Tensor, windows: dict[str, Any], setting: Setting) -> dict[str, float]:
-    """Onset hit rate in :data:`ONSET_WINDOW` and content accuracy of b's first generated utterance.
+    """Onset hit rate in :data:`ONSET_WINDOW` (and, reported, within the generator's support ``[-2,
+    gap_max]``) and content accuracy of b's first generated utterance.
 
-    ``gen_b`` is ``(W, horizon)``; content scores the utterance's tokens 1.. (token 0 is fresh in the data)
-    against :func:`respond` anchored on what a said before the generated onset (0 when b never speaks or
-    says one token).
+    ``gen_b`` is ``(W, horizon)``; content scores every token of the utterance against :func:`respond` on
+    a's utterance (0 when b never speaks).
     """
     lo, hi = ONSET_WINDOW
-    a = torch.cat([windows["prompt_a"], windows["user"]], 1).tolist()
-    hits, content = [], []
-    for row, full_a, (t0, e, _) in zip(gen_b.tolist(), a, windows["meta"]):
+    slo, shi = -2, setting.gap_max
+    hits, support, content = [], [], []
+    for row, (t0, e, _, heard) in zip(gen_b.tolist(), windows["meta"]):
         speech = [i for i, v in enumerate(row) if v != SIL]
         if not speech:
             hits.append(0.0)
+            support.append(0.0)
             content.append(0.0)
             continue
         i = speech[0]
         hits.append(float(lo <= t0 + i - (e + 1) <= hi))
+        support.append(float(slo <= t0 + i - (e + 1) <= shi))
         utt = []
         for v in row[i:]:
             if v == SIL or len(utt) == setting.u_max:
                 break
             utt.append(v)
-        anchor = anchor_token(full_a, t0 + i)
-        ok = [anchor is not None and v == respond(anchor, k) for k, v in enumerate(utt) if k > 0]
-        content.append(float(np.mean(ok)) if ok else 0.0)
-    return {"onset": float(np.mean(hits)), "content": float(np.mean(content))}
+        content.append(float(np.mean([v == respond(heard, k) for k, v in enumerate(utt)])))
+    return {
+        "onset": float(np.mean(hits)),
+        "onset_in_support": float(np.mean(support)),
+        "content": float(np.mean(content)),
+    }
 
 
 # ---------------------------------------------------------------------------------------------- models
@@ -431,7 +440,7 @@ def evaluate_arm(model: Any, arm: str, windows: dict[str, Any], setting: Setting
 
 @torch.no_grad()
 def reactive_token(model: Any, arm: str, windows: dict[str, Any]) -> tuple[float, float]:
-    """Teacher-forced accuracy and NLL of b's second response token (the first reactive one).
+    """Teacher-forced accuracy and NLL of b's second response token (its first after the onset).
 
     The true history of both channels up to b's first response token is fed; the prediction of the next
     frame is compared with the rule: accuracy of the argmax among content tokens (a deaf model's chance:
@@ -447,7 +456,7 @@ def reactive_token(model: Any, arm: str, windows: dict[str, Any]) -> tuple[float
         pred = logits[idx, s + 1]
     else:
         pred = model(aa, bb)[1][idx, s]  # [:, t] predicts b_{t+1}
-    want = torch.tensor([respond(anchor_token(a[i].tolist(), windows["meta"][i][2]), 1) for i in rows])
+    want = torch.tensor([respond(windows["meta"][i][3], 1) for i in rows])
     nll = float(torch.nn.functional.cross_entropy(pred.float(), want))
     pred[:, SIL] = float("-inf")
     return float((pred.argmax(-1) == want).float().mean()), nll
@@ -503,7 +512,8 @@ def run(
             f"LlamaForCausalLM hidden {setting.hidden}, {setting.layers} layers, {setting.heads} heads; "
             f"{setting.steps} AdamW steps (lr {setting.lr:g}) at batch {setting.batch} per arm, same init seed "
             f"and data stream; arms {', '.join(arms)}; {len(windows['meta'])} held-out response windows, a "
-            f"teacher-forced, b greedy for {setting.horizon} frames; onset window {list(ONSET_WINDOW)}."
+            f"teacher-forced, b greedy for {setting.horizon} frames; onset window {list(ONSET_WINDOW)} (reported: "
+            f"[-2, {setting.gap_max}]); response Y_k = X_k + {SHIFT} mod {N_CONTENT} over a's initiation."
         ),
     )
 
