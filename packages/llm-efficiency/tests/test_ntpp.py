@@ -322,10 +322,24 @@ def test_quick_reproduction_passes():
     report = experiment.run(quick=True, seed=0)
     assert report.passed, report
     m = report.metrics
-    assert m["ntpp_reactive_accuracy"] > m["deaf_reactive_accuracy"]
+    assert m["ntpp_onset_nll"] < m["deaf_onset_nll"]
 
 
 def test_quick_gate_fails_without_pair_structure():
     report = experiment.run(quick=True, seed=0, _unpaired=True)
     assert not report.passed
-    assert report.failed_checks == ["NTPP reactive-token NLL <= 0.9 x deaf's"]
+    assert report.failed_checks == ["NTPP onset NLL <= 0.9 x deaf's"]
+
+
+@pytest.mark.slow
+def test_full_reproduction_is_the_recorded_known_miss():
+    """The plan's full setting (about 40 min on the loaded 2-core machine): the onset window [-2, +3] is
+    missed by every arm (greedy decoding waits out the gaps of up to 6 frames) and the per-token content
+    rule is not learnt in 800 steps; NTPP still matches the flattened baseline and the deaf control holds."""
+    report = experiment.run(quick=False, seed=0)
+    assert report.failed_checks == [
+        "NTPP onset >= 0.85",
+        "NTPP content >= 0.7",
+        "NTPP onset >= deaf onset + 0.3",
+        "NTPP content >= deaf content + 0.3",
+    ]
