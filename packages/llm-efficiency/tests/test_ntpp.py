@@ -283,17 +283,38 @@ def test_generator_follows_the_reactive_rule_and_deaf_bound_is_exact():
     streams = (a, b)
     checked = 0
     for ev in events:
-        if ev["prev"] < 0 or ev["end"] >= 200:
+        if ev["prev"] < 0:
+            assert not ev["response"]  # the first speaker initiates
             continue
-        other = streams[1 - ev["speaker"]][ev["row"]].tolist()
-        anchor = experiment.anchor_token(other, ev["start"])
-        assert ev["tokens"][1:] == [experiment.respond(anchor, k) for k in range(1, len(ev["tokens"]))]
+        init = events[ev["prev"]]
+        assert ev["response"] != init["response"]  # initiations and responses alternate
+        if not ev["response"] or ev["end"] >= 200:
+            continue
+        # the response maps the initiation token by token (wrapping), f(t) = t + 7 mod 32 on ids 1..32 ...
+        want = [(init["tokens"][k % len(init["tokens"])] - 1 + 7) % 32 + 1 for k in range(len(ev["tokens"]))]
+        assert ev["tokens"] == want
+        assert streams[ev["speaker"]][ev["row"], ev["start"] : ev["end"] + 1].tolist() == want
+        # ... and is causal: X_k is emitted before Y_k, even under overlap
+        assert init["start"] < ev["start"] <= init["end"] + 1 + s.gap_max
         checked += 1
     assert checked > 100
-    # the bound is a probability, above chance, below 1 at the full scale
+    # the bound is a probability, above chance, below 1 at the full scale (the plan's review: about 45%)
     bound = experiment.deaf_onset_bound(s)
-    assert 0.3 < bound < 0.8
+    assert 0.4 < bound < 0.5
     print("deaf Bayes bound (full setting):", bound)
+
+
+def test_score_uses_the_plans_onset_window_and_the_per_token_rule():
+    s = experiment.FULL
+    heard = (1, 2, 3, 32)  # a's initiation; the rule answers 8, 9, 10, 7, then wraps to 8
+    meta = [(2, 4, 6, heard)] * 3  # generation starts 2 frames before a's last token (frame 4 of the window)
+    rows = torch.zeros(3, s.horizon, dtype=torch.long)
+    rows[0, 6:11] = torch.tensor([8, 9, 10, 7, 8])  # frame 8 = the frame after a's end (5) + 3: a hit
+    rows[1, 7:11] = torch.tensor([8, 9, 11, 7])  # onset +4: outside [-2, +3], inside the support [-2, +6]
+    got = experiment.score(rows, {"meta": meta}, s)  # row 2 never speaks: a miss, content 0
+    assert got["onset"] == pytest.approx(1 / 3)
+    assert got["onset_in_support"] == pytest.approx(2 / 3)
+    assert got["content"] == pytest.approx((1.0 + 0.75 + 0.0) / 3)
 
 
 # ------------------------------------------------------------------------------------------ the reproduction
@@ -301,10 +322,24 @@ def test_quick_reproduction_passes():
     report = experiment.run(quick=True, seed=0)
     assert report.passed, report
     m = report.metrics
-    assert m["ntpp_reactive_accuracy"] > m["deaf_reactive_accuracy"]
+    assert m["ntpp_onset_nll"] < m["deaf_onset_nll"]
 
 
 def test_quick_gate_fails_without_pair_structure():
     report = experiment.run(quick=True, seed=0, _unpaired=True)
     assert not report.passed
-    assert report.failed_checks == ["NTPP reactive-token NLL <= 0.9 x deaf's"]
+    assert report.failed_checks == ["NTPP onset NLL <= 0.9 x deaf's"]
+
+
+@pytest.mark.slow
+def test_full_reproduction_is_the_recorded_known_miss():
+    """The plan's full setting (about 40 min on the loaded 2-core machine): the onset window [-2, +3] is
+    missed by every arm (greedy decoding waits out the gaps of up to 6 frames) and the per-token content
+    rule is not learnt in 800 steps; NTPP still matches the flattened baseline and the deaf control holds."""
+    report = experiment.run(quick=False, seed=0)
+    assert report.failed_checks == [
+        "NTPP onset >= 0.85",
+        "NTPP content >= 0.7",
+        "NTPP onset >= deaf onset + 0.3",
+        "NTPP content >= deaf content + 0.3",
+    ]
