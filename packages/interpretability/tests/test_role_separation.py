@@ -238,6 +238,7 @@ def test_quick_reproduction_passes_and_the_broken_variant_fails() -> None:
     assert report.passed, report.checks
     m = report.metrics
     assert m["pft_ood"] >= m["baseline_ood"] + exp.OOD_MARGIN and m["ids_consistent"] == 1.0
+    assert report.seeds == list(range(exp.QUICK.n_seeds)) and report.better == "higher"
     # the mechanism removed (arm (B) trained and evaluated with gap 0 = arm (A)): the direction gate fails
     with torch.random.fork_rng(), torch_threads(1):
         broken = exp.evaluate(exp.QUICK, 0, pft_gap=0)
@@ -248,10 +249,12 @@ def test_quick_reproduction_passes_and_the_broken_variant_fails() -> None:
 
 @pytest.mark.slow
 def test_full_reproduction_misses_the_absolute_checks_but_keeps_the_direction() -> None:
-    """The catalog's expected full-run miss (about 42 CPU-min; not recorded yet): seeds 0 and 1 give (A) ID
-    0.713 / 0.730, so the 3-seed mean cannot reach 0.85, while PFT's OOD gain is +0.21 / +0.28."""
+    """The catalog's expected full-run miss (about 35 CPU-min; results/P44.json): the 3-seed means give ID
+    0.7025 (A) / 0.7884 (B) and (B) OOD 0.776, under the absolute bars, while PFT's OOD gain over standard
+    ids is +0.2956 with an ID - OOD drop of 0.0124."""
     report = exp.run(quick=False, seed=0)
     names = [c.name for c in exp.checks(exp.FULL)]
-    assert not report.passed and names[0] in report.failed_checks, report.summary()
+    assert report.failed_checks == names[:3], report.summary()  # ID (A), ID (B), OOD (B) >= 0.8
     assert report.checks[names[5]]  # the PFT ids stay consistent
     assert report.metrics["pft_ood"] > report.metrics["baseline_ood"]  # the claim's direction
+    assert report.seeds == [0, 1, 2]  # every seed the means aggregate over

@@ -228,7 +228,9 @@ def evaluate(
         metrics=metrics,
         headline="pft_ood",
         baseline="baseline_ood",
+        better="higher",  # exact-match accuracy of PFT on the proximity probe (instruction far from BOS)
         figures=figures,
+        seeds=list(range(seed, seed + setting.n_seeds)),
         notes=(
             f"LlamaForCausalLM hidden {setting.hidden}, {setting.n_layers} layers, 4 heads, RoPE theta 1e4, "
             f"{setting.steps} AdamW steps at lr {setting.lr:g}, batch {setting.batch_size}, {setting.n_seeds} "
