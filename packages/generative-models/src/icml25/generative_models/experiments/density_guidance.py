@@ -423,6 +423,7 @@ def evaluate(
         checks=checks(setting),
         metrics=metrics,
         headline=f"dg_logp0_q{_qkey(max(setting.dg_qs))}",
+        better="higher",  # mean log p_0 at the top q: DG moves the log-density further than PG
         baseline=f"baseline_pg_logp0_q{_qkey(max(setting.pg_qs))}",
         figures=figures,
         seeds=[seed],

@@ -306,6 +306,7 @@ def evaluate(
         checks=checks(setting),
         metrics=m,
         headline="text_patch",
+        better="higher",  # accuracy of the image task with the text task vector patched in
         baseline="no_context",
         figures=figures,
         seeds=[seed],

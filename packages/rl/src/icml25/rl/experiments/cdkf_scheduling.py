@@ -273,6 +273,7 @@ def evaluate(
         checks=checks(setting),
         metrics=metrics,
         headline="window_mc_opt_poisson" if setting.mc_checks else "window_bound_opt",
+        better="lower",  # the window objective (weighted estimation error) of the optimised rates
         baseline="baseline_window_mc_const_poisson" if setting.mc_checks else "baseline_window_bound_const",
         figures=figures,
         notes=(
