@@ -272,7 +272,7 @@ def test_broken_variant_inverted_schedule_fails_the_quick_gate():
 
 @pytest.mark.slow
 def test_full_reproduction_passes():
-    # catalog: no expected miss; at the plan's width 64 and batch 32, with the step budget raised to 4,500 (the
+    # catalog: no expected miss; at the plan's width 64 and batch 32, with the step budget raised to 9,000 (the
     # plan's rule when the kNN baseline stays at the blob level, as it did at 1,500 steps)
     report = exp.run(quick=False, seed=0)
     assert not report.inconclusive, report.preconditions
