@@ -271,15 +271,12 @@ def test_broken_variant_inverted_schedule_fails_the_quick_gate():
 
 
 @pytest.mark.slow
-def test_full_reproduction_is_the_recorded_known_miss():
-    # catalog: expect = "miss", miss_in = ["full"]; the baseline never leaves the shapeless-blob level at this
-    # CPU scale, so the excess-MMD ratio misses while the ordering (DMP at least as good) and budget hold.
+def test_full_reproduction_passes():
+    # catalog: no expected miss; at the plan's width 64 and batch 32, with the step budget raised to 9,000 (the
+    # plan's rule when the kNN baseline stays at the blob level, as it did at 1,500 steps)
     report = exp.run(quick=False, seed=0)
-    assert not report.passed
-    assert report.failed_checks == [
-        "1-NNA(kNN) <= 1-NNA(blob) - 0.03",
-        "MMD(DMP) - MMD_ref <= 0.85 x (MMD(kNN) - MMD_ref)",
-    ]
+    assert not report.inconclusive, report.preconditions
+    assert report.passed, report.failed_checks
     m = report.metrics
     assert m["mmd_dmp"] < m["baseline_mmd_knn"]
-    assert m["nna_dmp"] <= m["baseline_nna_knn"] + 0.01
+    assert m["nna_dmp"] < m["baseline_nna_knn"]

