@@ -30,6 +30,15 @@ from icml25.rl import (
 )
 from icml25.rl.datasets import trajectories
 from icml25.rl.experiments import gas as experiment
+from icml25.rl.gas.policy import (
+    DirectionalCritic,
+    DirectionalPolicy,
+    actor_loss,
+    critic_losses,
+    normalised_q_loss,
+    sample_subgoals,
+    waystep_indices,
+)
 from icml25.rl.gas.tdr import expectile_loss, sample_tdr_goals
 
 # Arc-length (steps from the top-left cell) along the 7x7 serpentine: an exact temporal-distance embedding.
@@ -339,6 +348,132 @@ def test_expectile_loss_and_goal_sampling():
         TDRConfig(p_trajgoal=0.5, p_randomgoal=0.1)
 
 
+# ----------------------------------------------------------------------------- the official low-level agent
+def test_value_loss_is_the_expectile_closed_form():
+    torch.manual_seed(0)
+    critic = DirectionalCritic(2, 3, n_actions=4, hidden_dims=(8,))
+    target = DirectionalCritic(2, 3, n_actions=4, hidden_dims=(8,))
+    obs, nxt = torch.randn(16, 2), torch.randn(16, 2)
+    z = nn_normalise(torch.randn(16, 3))
+    acts, rewards = torch.randint(0, 4, (16,)), torch.randn(16)
+    value_l, critic_l = critic_losses(critic, target, obs, nxt, acts, z, rewards, 0.9, 0.7)
+    with torch.no_grad():
+        q_bar = torch.minimum(*target.q(obs, z)[:, torch.arange(16), acts])  # min over the 2 heads
+        v = critic.v(obs, z)
+        u = (q_bar - v).numpy()
+        want = np.mean(np.where(u >= 0, 0.7, 0.3) * u**2)  # expectile 0.7: weight 0.7 above, 0.3 below
+        y = rewards + 0.9 * critic.v(nxt, z)  # mask 1: the skills never terminate
+        q = critic.q(obs, z)[:, torch.arange(16), acts]
+        want_critic = ((q[0] - y) ** 2 + (q[1] - y) ** 2).mean()
+    assert value_l.item() == pytest.approx(want, rel=1e-5)
+    assert critic_l.item() == pytest.approx(want_critic.item(), rel=1e-5)
+    # The value is the only trainable input of the value loss; the critic loss leaves V untouched.
+    critic_l.backward()
+    assert all(p.grad is None for p in critic.value.parameters())
+
+
+def nn_normalise(x):
+    return x / x.norm(dim=-1, keepdim=True)
+
+
+@given(st.floats(0.1, 100.0), st.integers(0, 10_000))
+@settings(max_examples=20, deadline=None)
+def test_actor_q_term_is_normalised(scale, seed):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(32, generator=gen) - 0.3
+    base = normalised_q_loss(q)
+    assert normalised_q_loss(scale * q).item() == pytest.approx(base.item(), rel=1e-4, abs=1e-6)
+    assert base.item() == pytest.approx(-(q.mean() / (q.abs().mean() + 1e-6)).item(), rel=1e-6)
+    # The |Q| scale is held fixed: the gradient is -1 / (B * mean|q|) for every entry.
+    qq = q.clone().requires_grad_(True)
+    normalised_q_loss(qq).backward()
+    assert torch.allclose(qq.grad, torch.full_like(q, -1.0 / (32 * (q.abs().mean().item() + 1e-6))))
+
+
+def test_actor_loss_discrete_is_expected_q_plus_alpha_bc():
+    torch.manual_seed(1)
+    policy = DirectionalPolicy(2, 3, n_actions=4, hidden_dims=(8,))
+    critic = DirectionalCritic(2, 3, n_actions=4, hidden_dims=(8,))
+    obs, z, acts = torch.randn(10, 2), nn_normalise(torch.randn(10, 3)), torch.randint(0, 4, (10,))
+    loss = actor_loss(policy, critic, obs, acts, z, alpha=2.5)
+    with torch.no_grad():
+        logits = policy(obs, z)
+        q = (logits.softmax(-1) * critic.q(obs, z).min(0).values).sum(-1)
+        want = -q.mean() / (q.abs().mean() + 1e-6) + 2.5 * torch.nn.functional.cross_entropy(logits, acts)
+    assert loss.item() == pytest.approx(want.item(), rel=1e-5)
+    loss.backward()  # the critic is held fixed: only the actor learns from the actor loss
+    assert all(p.grad is None for p in critic.parameters())
+    assert all(p.grad is not None for p in policy.parameters())
+
+
+def test_actor_loss_continuous_differentiates_through_the_action_only():
+    torch.manual_seed(2)
+    policy = DirectionalPolicy(2, 3, action_dim=2, hidden_dims=(8,))
+    critic = DirectionalCritic(2, 3, action_dim=2, hidden_dims=(8,))
+    obs, z, acts = torch.randn(6, 2), nn_normalise(torch.randn(6, 3)), torch.rand(6, 2) * 2 - 1
+    loss = actor_loss(policy, critic, obs, acts, z, alpha=1.0)
+    loss.backward()
+    assert all(p.grad is None for p in critic.parameters()) and all(
+        p.requires_grad for p in critic.parameters()
+    )
+    assert all(p.grad is not None for p in policy.parameters())
+
+
+def _brute_waysteps(phi, traj_end, H):
+    out = []
+    for i in range(len(phi)):
+        j = i
+        while j <= traj_end[i] and np.linalg.norm(phi[j] - phi[i]) < H:
+            j += 1
+        out.append(j if j <= traj_end[i] else traj_end[i])
+    return np.array(out)
+
+
+@given(st.integers(0, 10_000), st.floats(0.5, 4.0))
+@settings(max_examples=30, deadline=None)
+def test_waystep_indices_match_brute_force(seed, H):
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, 9, size=4)
+    phi = np.concatenate([np.cumsum(rng.normal(size=(n, 2)), 0) for n in lengths])
+    traj_end = np.repeat(np.cumsum(lengths) - 1, lengths)
+    assert np.array_equal(waystep_indices(phi, traj_end, H), _brute_waysteps(phi, traj_end, H))
+
+
+def test_subgoal_sampling_matches_the_enumerated_distribution():
+    # A toy trajectory on a line, 1 TDR unit per step, way_steps 3: the cap of row i is i + 3 (or the end).
+    phi = np.arange(8, dtype=np.float64)[:, None]
+    traj_end = np.full(8, 7)
+    ways = waystep_indices(phi, traj_end, 3.0)
+    assert ways.tolist() == [3, 4, 5, 6, 7, 7, 7, 7]
+    gamma, n = 0.5, 200_000
+    for i in (0, 5):
+        goals = sample_subgoals(np.random.default_rng(i), np.full(n, i), ways, gamma)
+        # Enumerate min(i + k, cap) over the geometric offsets k >= 1, P(k) = (1 - gamma) gamma^(k-1).
+        want: dict[int, float] = {}
+        for k in range(1, 60):
+            g = min(i + k, ways[i])
+            want[g] = want.get(g, 0.0) + (1 - gamma) * gamma ** (k - 1)
+        got = {int(g): c / n for g, c in zip(*np.unique(goals, return_counts=True))}
+        assert set(got) == set(want)
+        for g, p in want.items():
+            assert got[g] == pytest.approx(p, abs=0.005)
+
+
+@pytest.mark.parametrize("low_level", ["critic", "bc"])
+def test_train_policy_both_low_levels(low_level):
+    data = generate_stitch_dataset(GridMaze("snake7"), n_trajectories=30, length_range=(4, 6), seed=0)
+    phi = np.asarray(data["observations"], dtype=np.float64) * 10
+    cfg = PolicyConfig(hidden_dims=(8,), subgoal_steps=2, steps=20, batch_size=16, low_level=low_level)
+    a = train_policy(data, phi, cfg, seed=1)
+    b = train_policy(data, phi, cfg, next_phi=np.asarray(data["next_observations"]) * 10, seed=1)
+    # Without next_phi the successor's embedding is looked up in phi: here the same values.
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    with pytest.raises(ValueError, match="low_level"):
+        PolicyConfig(low_level="iql")
+    with pytest.raises(ValueError, match="next_phi must have shape"):
+        train_policy(data, phi, cfg, next_phi=phi[:3], seed=1)
+
+
 @pytest.fixture(scope="module")
 def snake():
     """A small GAS trained on the 7x7 serpentine (about 3 s on one core)."""
@@ -462,6 +597,8 @@ def test_quick_reproduction(quick_trained, tmp_path):
     # The quick maze defeats the flat policy (long horizon, fragments of <= 12 steps) and GAS stitches.
     assert m["baseline_flat_success"] <= 0.2 and m["gas_success"] >= m["baseline_flat_success"] + 0.5
     assert m["n_nodes"] >= 15  # the 15x15 maze needs a real key graph, not a handful of nodes
+    assert m["te_kept_cell_coverage"] == m["cell_coverage"] == 1.0  # the TE filter removes no cell here
+    assert "gas_bc_success" not in m  # the quick mode trains only the gated (official) low level
     assert report.figures and all(f.exists() and f.stat().st_size > 0 for f in report.figures)
 
 
@@ -491,3 +628,5 @@ def test_full_reproduction():
     assert report.metrics["gas_success"] >= report.metrics["baseline_flat_success"] + 0.5
     assert report.metrics["tdr_spearman"] >= 0.9
     assert report.passed and len(report.checks) == 4 and all(report.checks.values())
+    # The directional-BC low level, reported alongside the official actor-critic (not gated).
+    assert report.metrics["gas_bc_success"] >= report.metrics["baseline_flat_bc_success"] + 0.5

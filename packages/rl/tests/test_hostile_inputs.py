@@ -91,9 +91,21 @@ SPECS = [
         },
         known={"dataset['observations']:huge": HUGE_OBS_GAP},
     ),
+    HostileSpec(
+        "waystep_indices",
+        rl.waystep_indices,
+        {"phi": _TRAJ, "traj_end": np.full(10, 9), "way_steps": 2.0},
+        ("phi", "traj_end", "way_steps"),
+        {
+            "phi:constant": "a standing-still trajectory: no later row is far, every cap is the last row",
+            "phi:huge": "distances of finite points",
+            "traj_end:constant": "one trajectory ending at the last row: the given input",
+        },
+    ),
 ]
 EXCLUDED = {
     "TDR": "an nn.Module built by train_tdr; its inputs are checked by validate_offline_dataset",
+    "DirectionalCritic": "an nn.Module built by train_policy (low_level='critic')",
     "DirectionalPolicy": "an nn.Module built by train_policy",
     "FlatAgent": "wraps a trained TDR + policy",
     "GASAgent": "fit() goes through validate_offline_dataset (registered below via trajectories)",

@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # the name -> module map of the lazy namespace (icml25.kernel
     from icml25.rl.datasets import trajectories, validate_offline_dataset
     from icml25.rl.gas import (
         TDR,
+        DirectionalCritic,
         DirectionalPolicy,
         FlatAgent,
         GASAgent,
@@ -48,6 +49,7 @@ if TYPE_CHECKING:  # the name -> module map of the lazy namespace (icml25.kernel
         te_filter_dataset,
         train_policy,
         train_tdr,
+        waystep_indices,
     )
     from icml25.rl.maze import GridMaze, generate_stitch_dataset
     from icml25.rl.sable import (
@@ -95,6 +97,7 @@ __all__ = [  # noqa: RUF022 (grouped by paper)
     "__version__",
     # P05 GAS
     "TDR",
+    "DirectionalCritic",
     "DirectionalPolicy",
     "FlatAgent",
     "GASAgent",
@@ -111,6 +114,7 @@ __all__ = [  # noqa: RUF022 (grouped by paper)
     "train_tdr",
     "trajectories",
     "validate_offline_dataset",
+    "waystep_indices",
     # P43 SF-LSVI (Bellman unbiasedness)
     "EpisodeBatch",
     "EpsilonGreedyQLearning",

@@ -7,19 +7,25 @@ data cannot (88.3 vs 1.0 success on OGBench's antmaze-giant-stitch).
 
 Our CPU-scale setting (:data:`FULL`; :class:`Setting` gives each knob's paper value next to ours): a 15×15
 "giant"-like grid maze, 2,000 trajectories of 8–12 steps from a noisy straight-line walker (20% random
-actions), a TDR 2→128→128→16 trained 3k steps, a directional BC policy with hindsight subgoals ≤ H = 6
-steps ahead shared by all methods, 50 start–goal pairs ≥ 40 BFS steps apart, 200-step budget.
-:data:`QUICK` keeps the same maze (on a serpentine or a smaller maze the flat policy succeeds too, so the
-ordering could not be tested) with 1,000 fragments, 64-wide networks, TDR 1,500 steps and 10 pairs.
+actions), a TDR 2→128→128→16 trained 3k steps, the official low-level agent (HILP-style value and critic,
+actor −Q/|Q| + α·BC, subgoals at geometric offsets capped by TDR distance ≥ H = 6) shared by all methods,
+50 start–goal pairs ≥ 40 BFS steps apart, 200-step budget. :data:`QUICK` keeps the same maze (on a
+serpentine or a smaller maze the flat policy succeeds too, so the ordering could not be tested) with 1,000
+fragments, 64-wide networks, TDR 1,500 steps and 10 pairs.
 
 Methods: GAS (TE filter), GAS without the TE filter (ablation), flat (the same policy aimed at the final
 goal). Pass rule (:func:`checks`), in both modes: GAS success ≥ flat success + 0.5, GAS success ≥ 0.8
-(quick 0.7), TDR Spearman with BFS distance ≥ 0.9; full mode also flat success ≤ 0.3.
+(quick 0.7), TDR Spearman with BFS distance ≥ 0.9; full mode also flat success ≤ 0.3. Reported alongside
+(not gated): GAS and flat with a directional behaviour-cloning low level (our earlier simplification), and
+the free-cell coverage of the states the TE filter keeps: an observation here is a cell, so the filter
+removes no off-path state and (as measured) no coverage; it changes only the clustering's leaders and
+hence the key nodes.
 
-Deviations from the paper at this scale (each documented where it is implemented): TDR lr 1e-3 and Polyak
-τ = 0.05 (paper 3e-4 / 0.005 over 1M steps), 4 Fourier octaves on the (x, y) input of the TDR and the
-policy, the low-level actor trained by directional BC instead of the paper's HILP-style actor-critic,
-discrete actions (categorical head), and a walker whose random actions are never blocked by a wall.
+Deviations from the paper at this scale (each documented where it is implemented): TDR lr 1e-3, Polyak
+τ = 0.05 and expectile 0.95 (paper 3e-4 / 0.005 / 0.999 over 1M steps), 2 × 128 networks (paper 3 × 512),
+4 Fourier octaves on the (x, y) input of the TDR and the low-level networks, discrete actions (one critic
+output per action, the actor's Q term an expectation under π), and a walker whose random actions are never
+blocked by a wall.
 
 Run: ``python -m icml25.rl.experiments.gas [--full] [--seed N] [--out DIR]``.
 """
@@ -75,7 +81,7 @@ class Setting:
     tdr_steps: int
     """TDR gradient steps at batch 256 (paper 1M at batch 1024; ours 3,000, quick 1,500)."""
     policy_steps: int
-    """Low-level policy steps (paper: a HILP-style actor-critic; ours: directional BC, 2,000 in both modes)."""
+    """Low-level policy steps (official: 1M at batch 1024; ours 2,000 at batch 256 in both modes)."""
     n_pairs: int
     """Evaluation start–goal pairs (paper: OGBench's 5 evaluation tasks per maze; ours 50, quick 10)."""
     min_pair_distance: int
@@ -94,6 +100,10 @@ class Setting:
     """Pass bar on GAS success (paper: 0.883 on antmaze-giant-stitch; ours 0.8, quick 0.7 on 10 pairs)."""
     max_flat_success: float | None = 0.3
     """Pass bar on the flat baseline (paper: 0.01; ours 0.3; quick None: the ordering margin gates it)."""
+    low_level: str = "critic"
+    """Low-level policy of the gated methods: the official HILP-style actor-critic (``"critic"``)."""
+    bc_alongside: bool = True
+    """Also train the directional-BC policy and report GAS and flat with it (not gated; quick: off)."""
 
 
 FULL = Setting(
@@ -116,6 +126,7 @@ QUICK = Setting(
     hidden=64,
     min_gas_success=0.7,
     max_flat_success=None,
+    bc_alongside=False,
 )
 
 ORDER_MARGIN = 0.5
@@ -174,6 +185,12 @@ def tdr_spearman(maze: GridMaze, phi_cells: np.ndarray, n_pairs: int, rng: np.ra
     return spearman(np.linalg.norm(phi_cells[i] - phi_cells[j], axis=1), dist[i, j])
 
 
+def cell_coverage(maze: GridMaze, observations: np.ndarray) -> float:
+    """Fraction of the maze's free cells that occur among ``observations`` ``(N, 2)``."""
+    cells = {maze.cell_id(c) for c in np.unique(maze.obs_to_cell(observations), axis=0)}
+    return len(cells) / len(maze.free_cells)
+
+
 def sample_pairs(
     maze: GridMaze, n: int, min_distance: int, rng: np.random.Generator
 ) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -219,6 +236,7 @@ class Trained:
     tdr: TDR
     policy: DirectionalPolicy
     train_seconds: float
+    bc_policy: DirectionalPolicy | None = None
 
 
 def train(setting: Setting, seed: int = 0) -> Trained:
@@ -244,11 +262,19 @@ def train(setting: Setting, seed: int = 0) -> Trained:
         fourier_features=4,
     )
     tdr = train_tdr(data, tdr_cfg, seed=seed, progress=None)
-    pol_cfg = PolicyConfig(
-        hidden_dims=hidden, subgoal_steps=setting.H, steps=setting.policy_steps, fourier_features=4
-    )
-    policy = train_policy(data, tdr.encode(data["observations"]), pol_cfg, seed=seed, progress=None)
-    return Trained(setting, seed, env, data, tdr, policy, time.perf_counter() - t0)
+    phi, next_phi = tdr.encode(data["observations"]), tdr.encode(data["next_observations"])
+
+    def low_level(kind: str) -> DirectionalPolicy:
+        # The official defaults for the actor-critic (expectile 0.7, alpha 1, tau 0.005, discount 0.99).
+        cfg = PolicyConfig(
+            hidden_dims=hidden, subgoal_steps=setting.H, steps=setting.policy_steps, fourier_features=4,
+            low_level=kind,
+        )  # fmt: skip
+        return train_policy(data, phi, cfg, next_phi=next_phi, seed=seed, progress=None)
+
+    policy = low_level(setting.low_level)
+    bc_policy = low_level("bc") if setting.bc_alongside and setting.low_level != "bc" else None
+    return Trained(setting, seed, env, data, tdr, policy, time.perf_counter() - t0, bc_policy)
 
 
 def evaluate(
@@ -276,11 +302,24 @@ def evaluate(
         "baseline_flat_success": success_rate(env, flat, pairs, "flat"),
         "tdr_spearman": rho,
         "te_kept_fraction": gas.kept_fraction_,
+        # An observation is a cell, so a state's φ does not depend on how the walker reached it: the TE filter
+        # removes no off-path state here, and these say it removes no coverage either. What it changes is the
+        # leader order of the clustering, hence the key nodes (n_nodes vs n_nodes_no_te).
+        "te_kept_cell_coverage": cell_coverage(env, data["observations"][gas.kept_indices_]),
+        "cell_coverage": cell_coverage(env, data["observations"]),
         "n_nodes": float(gas.graph_.n_base),
         "n_nodes_no_te": float(no_te.graph_.n_base),
         "n_transitions": float(len(data["observations"])),
         "train_seconds": trained.train_seconds,
     }
+    if trained.bc_policy is not None:  # the directional-BC low level, reported alongside (not gated)
+        gas_bc = agent_cls(H=setting.H, te_threshold=setting.te_threshold, seed=seed).fit(
+            data, tdr=tdr, policy=trained.bc_policy
+        )
+        metrics["gas_bc_success"] = success_rate(env, gas_bc, pairs, "GAS (BC)")
+        metrics["baseline_flat_bc_success"] = success_rate(
+            env, FlatAgent(tdr, trained.bc_policy), pairs, "flat (BC)"
+        )
     metrics["total_seconds"] = trained.train_seconds + time.perf_counter() - t0
     figures = [plot_maze(out_dir, env, gas, data, *pairs[0])] if out_dir is not None else []
     return Report.from_checks(
@@ -290,15 +329,19 @@ def evaluate(
         metrics=metrics,
         headline="gas_success",
         baseline="baseline_flat_success",
+        better="higher",  # success rate over the start-goal pairs
         figures=figures,
         notes=(
             f"{setting.layout} maze, {setting.n_trajectories} walker trajectories (8-12 steps, 20% noise), "
             f"TDR {setting.tdr_steps} steps, H={setting.H}, te_threshold={setting.te_threshold}, "
             f"{setting.n_pairs} pairs >= {setting.min_pair_distance} BFS steps apart, {setting.budget}-step "
-            "budget. Low-level policy: directional goal-conditioned BC on hindsight subgoals (our CPU-scale "
-            "simplification of the paper's HILP-style actor-critic), shared by all three methods. CPU-scale "
-            "deviations: TDR lr 1e-3, Polyak tau 0.05, 4 Fourier octaves on the (x, y) inputs, walker random "
-            "actions never blocked by walls."
+            f"budget. Low-level policy ({setting.low_level}, shared by the three gated methods): the official "
+            "HILP-style actor-critic (value expectile 0.7, actor -Q/|Q| + 1.0 BC, subgoals at geometric "
+            "offsets capped by TDR distance >= H), adapted to 4 discrete actions (Q per action, q = E_pi[Q]); "
+            "gas_bc_success / baseline_flat_bc_success: the same with directional BC on uniform 1..H-step "
+            "hindsight subgoals (reported, not gated). CPU-scale deviations: TDR lr 1e-3, Polyak tau 0.05, "
+            "expectile 0.95, 2 x 128 MLPs, 4 Fourier octaves on the (x, y) inputs, walker random actions never "
+            "blocked by walls."
         ),
     )
 

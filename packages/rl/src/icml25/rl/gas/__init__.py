@@ -10,11 +10,19 @@ Modules: :mod:`.tdr` (stage 1), :mod:`.graph` (stage 2), :mod:`.policy` (stage 3
 
 from icml25.rl.gas.agent import FlatAgent, GASAgent
 from icml25.rl.gas.graph import KeyGraph, select_subgoal, td_cluster, te_filter, te_filter_dataset
-from icml25.rl.gas.policy import DirectionalPolicy, PolicyConfig, train_policy, unit_direction
+from icml25.rl.gas.policy import (
+    DirectionalCritic,
+    DirectionalPolicy,
+    PolicyConfig,
+    train_policy,
+    unit_direction,
+    waystep_indices,
+)
 from icml25.rl.gas.tdr import TDR, TDRConfig, train_tdr
 
 __all__ = [
     "TDR",
+    "DirectionalCritic",
     "DirectionalPolicy",
     "FlatAgent",
     "GASAgent",
@@ -28,4 +36,5 @@ __all__ = [
     "train_policy",
     "train_tdr",
     "unit_direction",
+    "waystep_indices",
 ]

@@ -5,7 +5,8 @@ state in ``*_`` attributes after :meth:`GASAgent.fit`):
 
 1. train the TDR φ (:func:`~icml25.rl.gas.tdr.train_tdr`),
 2. TE-filter the dataset states, cluster them into key nodes, build the :class:`~icml25.rl.gas.graph.KeyGraph`,
-3. train the directional low-level policy (:func:`~icml25.rl.gas.policy.train_policy`),
+3. train the directional low-level policy (:func:`~icml25.rl.gas.policy.train_policy`; by default the
+   official HILP-style actor-critic, ``PolicyConfig(low_level="bc")`` for behaviour cloning alone),
 4. act: plan on the graph toward the goal and follow the farthest path node within H, switching to the
    final goal once ≤ ``final_goal_threshold`` path nodes remain.
 
@@ -132,7 +133,10 @@ class GASAgent:
         self.phi_ = self.tdr_.encode(data["observations"])
         self.build_graph(data)
         if policy is None:
-            policy = train_policy(data, self.phi_, self.policy_config, seed=self.seed, progress=progress)
+            next_phi = self.tdr_.encode(trajectories(data).next_observations)
+            policy = train_policy(
+                data, self.phi_, self.policy_config, next_phi=next_phi, seed=self.seed, progress=progress
+            )
         self.policy_ = policy
         return self
 

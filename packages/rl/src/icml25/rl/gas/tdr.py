@@ -8,7 +8,9 @@ target's mean value. A high expectile makes V track the *best* (shortest) contin
 the distance becomes a shortest-path step count even though the behaviour data is noisy.
 
 Goals for each batch follow the paper's mixture: a future state of the same trajectory at a geometric
-offset (p = 0.625), a uniformly random dataset state (p = 0.375), the current state (p = 0).
+offset (p = 0.625), a uniformly random dataset state (p = 0.375), the current state (p = 0). The goal
+counts as reached when it is the transition's own dataset row (the official index test), not when two
+observations are equal.
 """
 
 from __future__ import annotations
@@ -342,8 +344,9 @@ def train_tdr(
         idx = valid_rows[rng.integers(0, len(valid_rows), size=cfg.batch_size)]
         goal_idx = sample_tdr_goals(rng, idx, traj.traj_end, len(obs_all), cfg)
         obs, nxt, goals = obs_all[idx], next_all[idx], obs_all[goal_idx]
-        # Reward −1 per step; reaching the goal (s == g) gives 0 and ends the bootstrap.
-        success = (obs == goals).all(-1).float()
+        # Reward −1 per step; reaching the goal gives 0 and ends the bootstrap. "Reached" is the official
+        # index test (the goal row is the transition's own row), not equality of observations.
+        success = torch.from_numpy((goal_idx == idx).astype(np.float32))
         loss = tdr_loss(
             tdr, target, obs, nxt, goals, success - 1.0, 1.0 - success, cfg.discount, cfg.expectile
         )
