@@ -1187,3 +1187,38 @@ def test_probe_predict_before_fit_is_sklearns_not_fitted_error(cls: str) -> None
 def test_clip_box_blames_the_image_size_argument(height: object, width: object, bad: str) -> None:
     with pytest.raises((ValueError, TypeError), match=rf"^{bad} must be an int >= 1, got"):
         ip.clip_box((0, 0, 3, 3), height, width)  # type: ignore[arg-type]
+
+
+def test_saeuron_eps_zero_on_all_zero_latents_is_a_clear_error() -> None:
+    """Issue 81, item 11: ``eps=0`` with a step whose latents are all zero would divide 0 by 0."""
+    lat = {"a": torch.zeros(2, 2, 4), "b": torch.rand(2, 2, 4, generator=_P19_G) + 0.1}
+    with pytest.raises(ValueError, match=r"^eps=0 with all-zero latents: the concept's activations sum to 0"):
+        ip.concept_feature_scores(lat, "a", eps=0.0)
+    lat["a"][:, 0, 1] = 1.0  # step 0 fires, step 1 is still silent
+    with pytest.raises(ValueError, match=r"at steps \[1\]"):
+        ip.concept_feature_scores(lat, "a", eps=0.0)
+    scores = ip.concept_feature_scores(lat, "a")  # the official eps: the silent step's proportions are 0
+    assert torch.isfinite(scores).all()
+    mu_o = lat["b"].mean(dim=0)[1]
+    torch.testing.assert_close(scores[1], -mu_o / (mu_o.sum() + 1e-8))
+    with pytest.raises(ValueError, match=r"the other concepts' activations sum to 0 at steps \[1\]"):
+        ip.concept_feature_scores(lat, "b", eps=0.0)
+    lat["a"][:, 1, 2] = 1.0  # no silent step left: eps=0 is the exact formula, scores sum to 0 per step
+    torch.testing.assert_close(ip.concept_feature_scores(lat, "a", eps=0.0).sum(-1), torch.zeros(2))
+
+
+def test_saeuron_arguments_go_through_the_shared_checks() -> None:
+    """Issue 81: saeuron.py validates with ``icml25.kernels.checks`` (no private validators of its own)."""
+    import icml25.interpretability.saeuron as su
+
+    assert not {"_tensor", "_finite", "_real", "_int"} & set(vars(su))
+    with pytest.raises(TypeError, match=r"^percentile must be a finite float in \(0\.0, 100\.0\), got bool"):
+        ip.select_features(torch.randn(8, generator=_P19_G), True)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^eps must be a finite float in \[0\.0, inf\), got -1e-08"):
+        ip.concept_feature_scores(_P19_LAT, "a", eps=-1e-8)
+    with pytest.raises(ValueError, match=r"^batch_size must be an int >= 1, got 0"):
+        ip.concept_latents(_P19_SAE, {"a": torch.randn(1, 2, 3, 4)}, batch_size=0)
+    with pytest.raises(TypeError, match=r"^labels must be a int tensor"):
+        ip.ddpm_sample(_p19_ddpm(), torch.tensor([0.0, 1.0]))
+    with pytest.raises(ValueError, match=r"^t must be an int in \[0, 1\], got 2"):
+        ip.intervene(_P19_ACTS, _P19_SAE, _P19_PLAN, 2)

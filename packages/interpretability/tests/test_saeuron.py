@@ -87,7 +87,7 @@ def test_select_features_is_strictly_above_torch_quantile() -> None:
 
 def test_select_features_rejects_bad_percentiles() -> None:
     for q in (0.0, 100.0, -1.0, 150.0):
-        with pytest.raises(ValueError, match=r"percentile must be in the open interval \(0, 100\)"):
+        with pytest.raises(ValueError, match=r"percentile must be a finite float in \(0\.0, 100\.0\)"):
             select_features(torch.arange(4.0), q)
 
 
@@ -198,7 +198,7 @@ def test_intervene_bad_inputs() -> None:
     plan = UnlearningPlan.build(lat, ["a"], 80.0, -1.0)
     with pytest.raises(ValueError, match=r"acts have 5 channels .* sae has d_in=4"):
         intervene(torch.randn(2, 5, 3, 3), sae, plan, 0)
-    with pytest.raises(ValueError, match=r"t must be in \[0, 2\], got 3"):
+    with pytest.raises(ValueError, match=r"t must be an int in \[0, 2\], got 3"):
         intervene(torch.randn(2, 4), sae, plan, 3)
     with pytest.raises(ValueError, match="plan has d_sae=8 features, sae has d_sae=16"):
         intervene(torch.randn(2, 4), ip.TopKSAE(4, 16, k=2, seed=0), plan, 0)
@@ -294,7 +294,7 @@ def test_ddpm_and_sae_training_reject_bad_input_without_changing_state() -> None
         train_ddpm(model, X, torch.full((10,), 10), steps=2)
     bad = X.clone()
     bad[0, 0] = float("nan")
-    with pytest.raises(ValueError, match="X must be finite; got 1 NaN"):
+    with pytest.raises(ValueError, match=r"X must be finite \(no NaN or inf\), got 1 NaN"):
         train_ddpm(model, bad, torch.zeros(10, dtype=torch.long), steps=2)
     after = snapshot_state(model)
     assert states_equal(before, after)
@@ -353,6 +353,61 @@ def test_diffusers_unet_capture_and_intervention() -> None:
         unlearned = sample([hook])
     assert not torch.equal(unlearned, ref) and torch.isfinite(unlearned).all()
     assert torch.equal(sample(), ref)  # removed
+
+
+def test_concept_latents_chunks_whole_images() -> None:
+    """Chunking by whole images (any ``batch_size``) gives the same space-averaged latents."""
+    g = torch.Generator().manual_seed(5)
+    sae = ip.TopKSAE(4, 16, k=3, seed=0)
+    acts = {"a": torch.randn(3, 2, 5, 4, generator=g), "b": torch.randn(2, 2, 5, 4, generator=g)}
+    ref = concept_latents(sae, acts)
+    assert ref["a"].shape == (3, 2, 16)
+    for bs in (1, 7, 64):
+        out = concept_latents(sae, acts, batch_size=bs)
+        for c in acts:
+            torch.testing.assert_close(out[c], ref[c], rtol=0, atol=1e-6)
+
+
+@torch.no_grad()
+def test_unet_full_variant_hooks_every_spatial_position() -> None:
+    """The plan's §11 regime: the UNet's up_blocks.0 output gives one SAE input per position; the hook with an
+    empty plan is the identity, a real plan changes the samples, a step mismatch is an error."""
+    pytest.importorskip("diffusers")
+    X = exp.digits_data(0)["X"][:4]
+    up = exp.upsample_digits(X)
+    assert up.shape == (4, 1, 16, 16)
+    assert torch.equal(exp.pool_digits(up), torch.from_numpy(X))
+    unet, sched = exp.digits_unet(0).eval(), exp.digits_scheduler(3)
+    labels = torch.tensor([3, 5])
+    with ActivationCapture(unet, exp.FULL.block, 3) as cap:
+        ref = exp.unet_sample(unet, sched, labels, seed=0, hooks=[cap])
+    assert ref.shape == (2, 64) and float(ref.abs().max()) <= 1
+    acts = cap.activations()
+    assert acts.shape == (2, 3, 256, exp.FULL.hidden)  # 16 x 16 positions of 64 channels
+    assert torch.equal(exp.unet_sample(unet, sched, labels, seed=0), ref)  # capture changes nothing
+    by_concept = {"3": acts[:1], "5": acts[1:]}
+    pool = exp.sae_training_patches(by_concept, 300, 0)
+    assert pool.shape == (300, 64)
+    assert exp.sae_training_patches(by_concept, 10**6, 0).shape == (2 * 3 * 256, 64)
+    sae = fit_block_sae(pool, 128, 4, steps=3, batch_size=64, seed=0)
+    lat = concept_latents(sae, by_concept)
+    empty = UnlearningPlan.from_features(lat, ["3"], [[]] * 3, -1.0)
+    with SAEUnlearningHook(unet, exp.FULL.block, sae, empty) as hook:
+        assert torch.equal(exp.unet_sample(unet, sched, labels, seed=0, hooks=[hook]), ref)
+    plan = UnlearningPlan.build(lat, ["3"], 50.0, -5.0)
+    with SAEUnlearningHook(unet, exp.FULL.block, sae, plan) as hook:
+        assert not torch.equal(exp.unet_sample(unet, sched, labels, seed=0, hooks=[hook]), ref)
+        with pytest.raises(ValueError, match="covers n_steps=3 sampling steps, but the sampler runs 4"):
+            exp.unet_sample(unet, exp.digits_scheduler(4), labels, seed=0, hooks=[hook])
+
+
+def test_full_setting_is_the_unet_regime_with_an_unhooked_quality_precondition() -> None:
+    full = exp.FULL
+    assert (full.kind, full.block, full.n_steps, full.n_seeds) == ("unet", "up_blocks.0", 50, 2)
+    assert (exp.FULL.collect_per_class, exp.FULL.n_target, exp.FULL.n_other) == (100, 200, 50)
+    (pre,) = exp.preconditions(exp.FULL)
+    assert pre({"acc_none": 0.8}) and not pre({"acc_none": 0.79})
+    assert exp.preconditions(exp.QUICK) == []
 
 
 # ------------------------------------------------------------------------------------------- reproduction

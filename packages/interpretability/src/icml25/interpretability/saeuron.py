@@ -48,8 +48,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from icml25.interpretability.sae.base import BatchTopKSAE, SparseAutoencoder, TopKSAE, topk_relu
-from icml25.interpretability.sae.base import _check_int as _int
 from icml25.interpretability.sae.training import train_sae
+from icml25.kernels.checks import check_float, check_int, check_tensor
 from icml25.kernels.experiment import progress as progress_bar
 from icml25.kernels.rng import isolated_rng, make_generator
 
@@ -74,33 +74,6 @@ EPS = 1e-8
 
 
 # ----------------------------------------------------------------------------------------------- checks
-def _tensor(name: str, x: Any, *, floating: bool = True) -> torch.Tensor:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if floating and not x.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
-    return x
-
-
-def _finite(name: str, x: torch.Tensor) -> torch.Tensor:
-    bad = ~torch.isfinite(x)
-    if bool(bad.any()):
-        n_nan = int(torch.isnan(x).sum())
-        raise ValueError(
-            f"{name} must be finite; got {n_nan} NaN and {int(bad.sum()) - n_nan} Inf values in a tensor of "
-            f"shape {tuple(x.shape)}"
-        )
-    return x
-
-
-def _real(name: str, v: Any) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise TypeError(f"{name} must be a real number, got {type(v).__name__} {v!r}")
-    if not math.isfinite(v):
-        raise ValueError(f"{name} must be finite, got {v!r}")
-    return float(v)
-
-
 def _sae(sae: Any) -> SparseAutoencoder:
     if not isinstance(sae, SparseAutoencoder):
         raise TypeError(f"sae must be a SparseAutoencoder (e.g. TopKSAE), got {type(sae).__name__}")
@@ -120,7 +93,7 @@ def to_patches(acts: torch.Tensor) -> tuple[torch.Tensor, tuple[tuple[int, ...],
 
     Returns ``(patches, layout)``; :func:`from_patches` with that ``layout`` inverts it exactly.
     """
-    _tensor("acts", acts, floating=False)
+    check_tensor(acts, "acts", dtype=None, finite=False)
     if acts.ndim not in (2, 3, 4):
         raise ValueError(f"acts must be [N, d], [B, P, d] or [B, C, H, W], got shape {tuple(acts.shape)}")
     if acts.ndim == 4:
@@ -132,7 +105,7 @@ def to_patches(acts: torch.Tensor) -> tuple[torch.Tensor, tuple[tuple[int, ...],
 def from_patches(patches: torch.Tensor, layout: tuple[tuple[int, ...], bool]) -> torch.Tensor:
     """Inverse of :func:`to_patches`: ``[B·H·W, C]`` → ``[B, C, H, W]`` (or the original ``[N, d]`` /
     ``[B, P, d]``) for the ``layout`` it returned."""
-    _tensor("patches", patches, floating=False)
+    check_tensor(patches, "patches", dtype=None, finite=False)
     if not (isinstance(layout, tuple) and len(layout) == 2 and isinstance(layout[0], tuple)):
         raise TypeError(f"layout must be the (shape, channels_first) pair from to_patches, got {layout!r}")
     shape, channels_first = layout
@@ -193,7 +166,7 @@ class _BlockHook(abc.ABC):
                 f"block {block!r} is not a submodule of {type(model).__name__}; some are {names}"
             ) from None
         self.block = block
-        self.n_steps = _int("n_steps", n_steps, 1)
+        self.n_steps = check_int(n_steps, "n_steps", low=1)
         if not isinstance(count_calls, bool):
             raise TypeError(f"count_calls must be a bool, got {type(count_calls).__name__}")
         self.count_calls = count_calls
@@ -203,7 +176,7 @@ class _BlockHook(abc.ABC):
     # step control
     def set_step(self, step: int) -> None:
         """Set the sampling-step index (0 = the first, noisiest step) used by the next forward calls."""
-        self.step = _int("step", step, 0, self.n_steps - 1)
+        self.step = check_int(step, "step", low=0, high=self.n_steps - 1)
 
     def reset(self) -> None:
         """Start a new generation (step 0)."""
@@ -330,7 +303,7 @@ def fit_block_sae(
     Returns:
         the trained SAE in eval mode; :func:`intervene` runs it with per-patch top-k (as the official code).
     """
-    acts = _finite("acts", _tensor("acts", acts))
+    acts = check_tensor(acts, "acts")
     if acts.ndim < 2 or acts.numel() == 0:
         raise ValueError(f"acts must be a non-empty tensor [..., d], got shape {tuple(acts.shape)}")
     X = acts.reshape(-1, acts.shape[-1]).float()
@@ -338,8 +311,8 @@ def fit_block_sae(
         raise ValueError(
             f"acts must vary across inputs (got {X.shape[0]} constant input(s) of dim {X.shape[1]})"
         )
-    d_sae = _int("d_sae", d_sae, 1)
-    k = _int("k", k, 1, d_sae)
+    d_sae = check_int(d_sae, "d_sae", low=1)
+    k = check_int(k, "k", low=1, high=d_sae)
     if not isinstance(batch_topk, bool):
         raise TypeError(f"batch_topk must be a bool, got {type(batch_topk).__name__}")
     if batch_topk:
@@ -373,11 +346,13 @@ def concept_latents(
     Args:
         sae: the block's SAE (``d_in = d``).
         acts_by_concept: ``{concept: [n, T, P, d]}`` (e.g. one :class:`ActivationCapture` per concept's prompts).
+        batch_size: patches encoded at once (whole images: at least one image of P patches per chunk).
 
     Returns:
         ``{concept: A_c [n, T, F]}``: the mean over the P positions of each patch's top-k code.
     """
     sae = _sae(sae)
+    batch_size = check_int(batch_size, "batch_size", low=1)
     if not isinstance(acts_by_concept, Mapping) or not acts_by_concept:
         raise ValueError(
             f"acts_by_concept must be a non-empty {{concept: [n, T, P, d]}} mapping, got {acts_by_concept!r}"
@@ -386,7 +361,7 @@ def concept_latents(
     shape_T = None
     for c, a in acts_by_concept.items():
         name = f"acts_by_concept[{c!r}]"
-        a = _finite(name, _tensor(name, a))
+        a = check_tensor(a, name)
         if a.ndim != 4 or a.shape[-1] != sae.d_in or 0 in a.shape:
             raise ValueError(
                 f"{name} must be a non-empty [n, T, P, d={sae.d_in}] tensor, got {tuple(a.shape)}"
@@ -395,12 +370,17 @@ def concept_latents(
             raise ValueError(f"{name} has T={a.shape[1]} steps, the other concepts {shape_T}")
         shape_T = a.shape[1]
         n, T, P, d = a.shape
-        flat = a.reshape(-1, d).to(sae.W_enc.dtype)
-        z = torch.zeros(flat.shape[0], sae.d_sae, dtype=flat.dtype)
-        for i in range(0, flat.shape[0], batch_size):
-            v, idx = _topk_codes(sae, flat[i : i + batch_size])
-            z[i : i + batch_size].scatter_(1, idx, v)
-        out[str(c)] = z.reshape(n, T, P, sae.d_sae).mean(dim=2)
+        items = a.reshape(n * T, P, d)
+        mean = torch.empty(n * T, sae.d_sae, dtype=sae.W_enc.dtype)
+        rows = max(
+            1, batch_size // P
+        )  # whole images per chunk: the dense codes never exceed ~batch_size rows
+        for i in range(0, n * T, rows):
+            flat = items[i : i + rows].reshape(-1, d).to(sae.W_enc.dtype)
+            v, idx = _topk_codes(sae, flat)
+            z = torch.zeros(flat.shape[0], sae.d_sae, dtype=flat.dtype).scatter_(1, idx, v)
+            mean[i : i + rows] = z.reshape(-1, P, sae.d_sae).mean(dim=1)
+        out[str(c)] = mean.reshape(n, T, sae.d_sae)
     return out
 
 
@@ -415,7 +395,7 @@ def _check_latents(latents: Any) -> dict[str, torch.Tensor]:
         if not isinstance(c, str):
             raise TypeError(f"latents keys must be concept names (str), got {type(c).__name__} {c!r}")
         name = f"latents[{c!r}]"
-        a = _finite(name, _tensor(name, a))
+        a = check_tensor(a, name)
         if a.ndim != 3 or 0 in a.shape:
             raise ValueError(
                 f"{name} must be a non-empty [n_prompts, T, F] tensor, got shape {tuple(a.shape)}"
@@ -453,19 +433,28 @@ def concept_feature_scores(
     """
     latents = _check_latents(latents)
     concept = _concept(latents, concept)
-    eps = _real("eps", eps)
-    if eps < 0:
-        raise ValueError(f"eps must be >= 0, got {eps}")
+    eps = check_float(eps, "eps", low=0.0)
     T = next(iter(latents.values())).shape[1]
     if t is not None:
-        t = _int("t", t, 0, T - 1)
+        t = check_int(t, "t", low=0, high=T - 1)
     mu_c = latents[concept].double().mean(dim=0)  # [T, F]
     others = [a for c, a in latents.items() if c != concept]
     if not others:
         score = mu_c
     else:
         mu_o = torch.cat(others).double().mean(dim=0)
-        score = mu_c / (mu_c.sum(-1, keepdim=True) + eps) - mu_o / (mu_o.sum(-1, keepdim=True) + eps)
+        sums = {
+            "the concept's": mu_c.sum(-1, keepdim=True),
+            "the other concepts'": mu_o.sum(-1, keepdim=True),
+        }
+        for who, total in sums.items():
+            if eps == 0 and bool((total == 0).any()):
+                steps = torch.nonzero(total.flatten() == 0).flatten().tolist()
+                raise ValueError(
+                    f"eps=0 with all-zero latents: {who} activations sum to 0 at steps {steps[:10]}, so its "
+                    "proportions would be 0/0 (NaN); use eps > 0 (official 1e-8: the all-zero step scores 0)"
+                )
+        score = mu_c / (sums["the concept's"] + eps) - mu_o / (sums["the other concepts'"] + eps)
     score = score.to(latents[concept].dtype)
     return score if t is None else score[t]
 
@@ -480,12 +469,10 @@ def select_features(scores: torch.Tensor, percentile: float) -> torch.Tensor:
         scores: ``[F]`` finite scores of one step.
         percentile: q in the open interval (0, 100) (paper: 99.99–99.999 of 20,480 features).
     """
-    scores = _finite("scores", _tensor("scores", scores))
+    scores = check_tensor(scores, "scores")
     if scores.ndim != 1 or scores.numel() == 0:
         raise ValueError(f"scores must be a non-empty [F] tensor, got shape {tuple(scores.shape)}")
-    q = _real("percentile", percentile)
-    if not 0 < q < 100:
-        raise ValueError(f"percentile must be in the open interval (0, 100), got {q}")
+    q = check_float(percentile, "percentile", low=0.0, high=100.0, low_open=True, high_open=True)
     thr = torch.quantile(scores.double(), q / 100)
     return torch.nonzero(scores.double() > thr).flatten()
 
@@ -545,7 +532,7 @@ class UnlearningPlan:
         concepts = cls._concepts(latents, concepts)
         scores = {c: concept_feature_scores(latents, c, eps=eps) for c in concepts}
         T = next(iter(latents.values())).shape[1]
-        _real("percentile", percentile)
+        check_float(percentile, "percentile", low=0.0, high=100.0, low_open=True, high_open=True)
         features = [
             torch.unique(torch.cat([select_features(scores[c][t], percentile) for c in concepts]))
             for t in range(T)
@@ -570,7 +557,7 @@ class UnlearningPlan:
         thresholded like :meth:`build`. ``features[t]`` is a list/tensor of feature indices for step t."""
         latents = _check_latents(latents)
         concepts = cls._concepts(latents, concepts)
-        gamma = _real("multiplier", multiplier)
+        gamma = check_float(multiplier, "multiplier")
         if gamma >= 0:
             warnings.warn(
                 f"multiplier={gamma} >= 0 amplifies the selected features instead of removing the concept "
@@ -634,13 +621,13 @@ def intervene(
         a tensor of ``acts``' shape and dtype. With ``preserve_error=True`` and the correct sign, every patch
         where no selected feature fired (nothing selected at ``t`` included) is returned bit for bit.
     """
-    acts = _finite("acts", _tensor("acts", acts))
+    acts = check_tensor(acts, "acts")
     sae = _sae(sae)
     if not isinstance(plan, UnlearningPlan):
         raise TypeError(f"plan must be an UnlearningPlan, got {type(plan).__name__}")
     if plan.d_sae != sae.d_sae:
         raise ValueError(f"plan has d_sae={plan.d_sae} features, sae has d_sae={sae.d_sae}")
-    t = _int("t", t, 0, plan.n_steps - 1)
+    t = check_int(t, "t", low=0, high=plan.n_steps - 1)
     for name, v in (("preserve_error", preserve_error), ("legacy_error_sign", legacy_error_sign)):
         if not isinstance(v, bool):
             raise TypeError(f"{name} must be a bool, got {type(v).__name__}")
@@ -762,10 +749,10 @@ class DigitsDDPM(nn.Module):
         self, d: int = 64, hidden: int = 256, n_steps: int = 50, n_classes: int = 10, seed: int | None = None
     ) -> None:
         super().__init__()
-        self.d = _int("d", d, 1)
-        self.hidden = _int("hidden", hidden, 1)
-        self.n_steps = _int("n_steps", n_steps, 2)
-        self.n_classes = _int("n_classes", n_classes, 1)
+        self.d = check_int(d, "d", low=1)
+        self.hidden = check_int(hidden, "hidden", low=1)
+        self.n_steps = check_int(n_steps, "n_steps", low=2)
+        self.n_classes = check_int(n_classes, "n_classes", low=1)
         with isolated_rng(seed) if seed is not None else contextlib.nullcontext():
             self.block = _ConditionedInput(d, hidden, n_steps, n_classes)
             self.mid = nn.Sequential(
@@ -778,22 +765,18 @@ class DigitsDDPM(nn.Module):
 
     def forward(self, x: torch.Tensor, t: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Predicted noise ``[B, d]`` of noisy images x ``[B, d]`` at diffusion times t ``[B]`` for labels y ``[B]``."""
-        x = _finite("x", _tensor("x", x))
+        x = check_tensor(x, "x")
         if x.ndim != 2 or x.shape[1] != self.d or x.shape[0] == 0:
             raise ValueError(f"x must be a non-empty [B, d={self.d}] tensor, got shape {tuple(x.shape)}")
         for name, v, hi in (("t", t, self.n_steps), ("y", y, self.n_classes)):
-            _tensor(name, v, floating=False)
-            if v.is_floating_point() or v.dtype == torch.bool or v.shape != (x.shape[0],):
-                raise TypeError(
-                    f"{name} must be an integer tensor [B={x.shape[0]}], got {v.dtype} {tuple(v.shape)}"
-                )
+            check_tensor(v, name, dtype="int", shape=(x.shape[0],))
             if int(v.min()) < 0 or int(v.max()) >= hi:
                 raise ValueError(f"{name} must be in [0, {hi}), got range [{int(v.min())}, {int(v.max())}]")
         return self.head(self.mid(self.block(x, t, y)))
 
 
 def _images_labels(model: DigitsDDPM, X: Any, y: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    X = _finite("X", _tensor("X", X))
+    X = check_tensor(X, "X")
     if X.ndim != 2 or X.shape[1] != model.d or X.shape[0] == 0:
         raise ValueError(
             f"X must be a non-empty [N, d={model.d}] tensor of images in [-1, 1], got {tuple(X.shape)}"
@@ -802,11 +785,7 @@ def _images_labels(model: DigitsDDPM, X: Any, y: Any) -> tuple[torch.Tensor, tor
         raise ValueError(
             f"X must hold images scaled to [-1, 1], got range [{float(X.min()):.3g}, {float(X.max()):.3g}]"
         )
-    y = _tensor("y", y, floating=False)
-    if y.is_floating_point() or y.dtype == torch.bool:
-        raise TypeError(f"y must be an integer label tensor, got dtype {y.dtype}")
-    if y.shape != (X.shape[0],):
-        raise ValueError(f"y must have shape [N={X.shape[0]}], got {tuple(y.shape)}")
+    y = check_tensor(y, "y", dtype="int", shape=(X.shape[0],))
     if int(y.min()) < 0 or int(y.max()) >= model.n_classes:
         raise ValueError(
             f"y must be labels in [0, {model.n_classes}), got range [{int(y.min())}, {int(y.max())}]"
@@ -835,11 +814,9 @@ def train_ddpm(
     if not isinstance(model, DigitsDDPM):
         raise TypeError(f"model must be a DigitsDDPM, got {type(model).__name__}")
     X, y = _images_labels(model, X, y)
-    steps = _int("steps", steps, 1)
-    batch_size = _int("batch_size", batch_size, 1)
-    lr = _real("lr", lr)
-    if lr <= 0:
-        raise ValueError(f"lr must be positive, got {lr}")
+    steps = check_int(steps, "steps", low=1)
+    batch_size = check_int(batch_size, "batch_size", low=1)
+    lr = check_float(lr, "lr", low=0.0, low_open=True)
     g = make_generator(seed)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
@@ -887,11 +864,7 @@ def ddpm_sample(
     """
     if not isinstance(model, DigitsDDPM):
         raise TypeError(f"model must be a DigitsDDPM, got {type(model).__name__}")
-    labels = _tensor("labels", labels, floating=False)
-    if labels.is_floating_point() or labels.dtype == torch.bool or labels.ndim != 1:
-        raise TypeError(
-            f"labels must be a 1-D integer tensor, got dtype {labels.dtype} shape {tuple(labels.shape)}"
-        )
+    labels = check_tensor(labels, "labels", dtype="int", ndim=1)
     if labels.numel() == 0:
         raise ValueError("labels must hold at least one label [B >= 1], got an empty tensor")
     if int(labels.min()) < 0 or int(labels.max()) >= model.n_classes:

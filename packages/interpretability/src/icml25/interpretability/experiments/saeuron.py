@@ -6,18 +6,28 @@ factor where they fire above their cross-concept mean, remove a concept from the
 accuracy) while the other concepts are generated as before (retain accuracy near the original model); random
 features of the same count do not remove it.
 
-:data:`FULL` (the paper's UnlearnCanvas setting on SD-v1.5 does not fit a CPU): a class-conditional MLP DDPM
-(:class:`~icml25.interpretability.saeuron.DigitsDDPM`, T = 50, hidden 256, 2,500 Adam steps at batch 128) on
-sklearn's 8×8 digits, "concept = digit class". The hooked block is where time and class embeddings enter
-(one SAE input per image). Activations over all 50 steps of 100 samples per class train a BatchTopK SAE
-(2,048 latents, k = 16, 1,500 steps); the plan removes "3" with q = 99.9 and γ = −2. 200 "3" samples and 50
-of each other class are drawn with the same noise under each arm: no intervention, SAeUron, random features
-(same count and scaling), random features among those active on "3", and the top features by raw mean
-activation on "3" (no contrast). A logistic regression on real digits is the evaluator. Mean over 2 seeds.
-Pass rule (:func:`checks`): UA ≥ 0.75; IRA drop ≤ 0.10; random-feature UA ≤ 0.35; random-active UA ≤
-UA − 0.3; UA ≥ raw-mean UA or IRA ≥ raw-mean IRA + 0.05; a quality gate on the intervened "3" samples (mean
-distance to the nearest held-out real digit ≤ 1.5 × that of the unintervened samples; evaluator's mean
-max-probability ≥ 0.7). A γ sweep {−0.5, −1, −2, −5} of UA and that distance is reported.
+:data:`FULL` (the paper's UnlearnCanvas setting on SD-v1.5 does not fit a CPU; the plan's §11 regime): a tiny
+class-conditional ``diffusers.UNet2DModel`` (``num_class_embeds=10``, ``block_out_channels=(32, 64)``, one
+ResNet layer per block) trained with a 50-step ``DDPMScheduler`` on sklearn's 8×8 digits upsampled to 16×16,
+"concept = digit class". The hooked block is ``up_blocks.0``, whose output ``[B, 64, 16, 16]`` gives one
+64-d SAE input per spatial position (256 per image), as in the paper; the hook encodes every patch with
+per-patch top-k, scales the masked selected latents and adds the SAE error back. Activations over all 50
+steps of 100 samples per class train a BatchTopK SAE (1,024 latents = expansion 16, k = 16); the plan
+removes "3" with q = 99.9 and γ = −2. 200 "3" samples and 50 of each other class are drawn with the same
+noise under each arm: no intervention, SAeUron, random features (same count and scaling), random features
+among those active on "3", and the top features by raw mean activation on "3" (no contrast). Samples are
+2×2-average-pooled back to 8×8 for a logistic regression on real digits (the evaluator) and the
+nearest-real-digit distance. Mean over 2 seeds. Precondition (else INCONCLUSIVE): the unhooked samples are
+classified as their prompt ≥ 80% of the time (the generator draws recognisable digits). Pass rule
+(:func:`checks`): UA ≥ 0.75; IRA drop ≤ 0.10; random-feature UA ≤ 0.35; random-active UA ≤ UA − 0.3; UA ≥
+raw-mean UA or IRA ≥ raw-mean IRA + 0.05; a quality gate on the intervened "3" samples (mean distance to the
+nearest held-out real digit ≤ 1.5 × that of the unintervened samples; evaluator's mean max-probability ≥
+0.7). A γ sweep {−0.5, −1, −2, −5} of UA and that distance is reported. Needs ``diffusers``.
+
+:data:`MLP_DIGITS` (the plan's §6 setting, the full run recorded before the §11 regime; same arms, checks and
+precondition): a class-conditional MLP DDPM (:class:`~icml25.interpretability.saeuron.DigitsDDPM`, T = 50,
+hidden 256, 2,500 Adam steps at batch 128) on the 8×8 digits, hooked where time and class embeddings enter
+(one SAE input per image); BatchTopK SAE with 2,048 latents, k = 16, 1,500 steps.
 
 :data:`QUICK`: synthetic block activations with 5 planted concepts (each carried by one dictionary atom in the
 first half of the steps and another in the second half, so per-timestep selection is needed) over shared
@@ -65,7 +75,7 @@ from icml25.kernels.experiment import (
     threshold_text,
     torch_threads,
 )
-from icml25.kernels.rng import make_generator
+from icml25.kernels.rng import isolated_rng, make_generator
 
 PAPER = "P19"
 CLAIM = (
@@ -80,7 +90,9 @@ class Setting:
     """One reproduction scale."""
 
     kind: str
-    """``"digits"`` (a DDPM on sklearn digits) or ``"synthetic"`` (planted concepts, known SAE dictionary)."""
+    """``"unet"`` (a diffusers UNet2DModel on 16×16 digits, one SAE input per spatial position), ``"digits"``
+    (an MLP DDPM on 8×8 digits, one SAE input per image) or ``"synthetic"`` (planted concepts, known SAE
+    dictionary)."""
     n_seeds: int = 2
     """Seeds averaged (ours 2, as planned; the paper reports one run per class)."""
     percentile: float = 99.9
@@ -90,19 +102,32 @@ class Setting:
     n_steps: int = 50
     """Sampling steps T (paper 100 DDIM steps at guidance 9.0; ours 50 DDPM steps, no CFG; quick 6)."""
     ddpm_train_steps: int = 2500
-    """DDPM training steps at batch 128 (paper: SD-v1.5 fine-tuned on UnlearnCanvas; planned 4,000 at batch 256;
-    ours 2,500 at batch 128: the CPU budget; 95% of its samples are classified as their prompt)."""
+    """Denoiser training steps (paper: SD-v1.5 fine-tuned on UnlearnCanvas; planned 4,000 at batch 256 for the
+    MLP; MLP ours 2,500 at batch 128: the CPU budget, 95% of its samples are classified as their prompt; UNet
+    1,500 at batch 64: measured on seed 0, 400 steps gave 67% and 1,000 steps 90% of unhooked samples classified
+    as their prompt, against the 80% precondition)."""
+    ddpm_batch: int = 128
+    """Denoiser training batch (MLP 128; UNet 64: a UNet step at batch 64 costs 0.8 s on one core)."""
+    ddpm_lr: float = 2e-3
+    """Denoiser learning rate (Adam, cosine decay)."""
+    block: str = "block"
+    """The hooked module (paper ``up_blocks.1.attentions.1`` of SD-v1.5; UNet ``up_blocks.0``, MLP ``block``)."""
     hidden: int = 256
-    """Denoiser width = the hooked block's channels d (paper 1,280 in up_blocks.1.attentions.1; ours 256)."""
+    """The hooked block's channels d (paper 1,280 in up_blocks.1.attentions.1; MLP width 256; UNet: up_blocks.0
+    has 64, fixed by the architecture)."""
     collect_per_class: int = 100
     """Samples per concept whose activations train the SAE and give the statistics (paper: 80 prompts per
     object / style; ours 100)."""
     d_sae: int = 2048
-    """SAE latents (paper expansion 16, 20,480; ours 8×, 2,048; quick the known 32-atom dictionary)."""
+    """SAE latents (paper expansion 16, 20,480; UNet 16× of 64 channels, 1,024; MLP 8×, 2,048; quick the known
+    32-atom dictionary)."""
     sae_k: int = 16
     """Active latents per input (paper 32; ours 16, quick 4)."""
     sae_steps: int = 1500
-    """SAE training steps (paper 5 epochs at batch 4,096; ours 1,500 at batch 256, about 8 epochs)."""
+    """SAE training steps (paper 5 epochs at batch 4,096; MLP 1,500 at batch 256, about 8 epochs; UNet 2,000 at
+    batch 4,096 over a 2^20-patch subsample of the 12.8M captured patches)."""
+    sae_batch: int = 256
+    """SAE training batch (paper 4,096; MLP 256, UNet 4,096)."""
     sae_lr: float = 1e-3
     """SAE learning rate (paper 4e-4 with linear decay; ours 1e-3 with linear decay: far fewer steps)."""
     n_target: int = 200
@@ -117,7 +142,11 @@ class Setting:
     """Quick: samples per concept (4 patches each)."""
 
 
-FULL = Setting(kind="digits")
+FULL = Setting(
+    kind="unet", ddpm_train_steps=1500, ddpm_batch=64, block="up_blocks.0", hidden=64, d_sae=1024,
+    sae_steps=2000, sae_batch=4096,
+)  # fmt: skip
+MLP_DIGITS = Setting(kind="digits")
 QUICK = Setting(kind="synthetic", n_seeds=2, percentile=97.0, multiplier=-1.0, n_steps=6, sae_k=4)
 
 TARGET = "3"
@@ -128,6 +157,9 @@ RANDOM_ACTIVE_MARGIN = 0.3
 RAW_IRA_MARGIN = 0.05
 MAX_NN_RATIO = 1.5
 MIN_MAXPROB = 0.7
+MIN_UNHOOKED_ACC = 0.8
+SAE_MAX_PATCHES = 1 << 20
+UNET_CHUNK = 128
 MIN_PRECISION = 0.9
 MIN_PROBE_DROP = 0.8
 MAX_OTHER_CHANGE = 0.05
@@ -158,6 +190,19 @@ def checks(setting: Setting) -> list[Check]:
         Check(f"evaluator max-probability on unlearned samples >= {MIN_MAXPROB:g}",
               lambda m: m["maxprob"] >= MIN_MAXPROB),
     ]  # fmt: skip
+
+
+def preconditions(setting: Setting) -> list[Check]:
+    """When the comparison can show the effect at all: the unhooked generator draws digits the evaluator reads
+    as their prompt (else unlearning accuracy would measure a broken generator; quick has none)."""
+    if setting.kind == "synthetic":
+        return []
+    return [
+        Check(
+            f"unhooked samples classified as their prompt >= {MIN_UNHOOKED_ACC:g}",
+            lambda m: m["acc_none"] >= MIN_UNHOOKED_ACC,
+        )
+    ]
 
 
 def threshold(quick: bool = True) -> str:
@@ -309,35 +354,170 @@ def nearest_distance(samples: np.ndarray, reference: np.ndarray) -> float:
     return float(np.sqrt(np.maximum(d2.min(axis=1), 0)).mean())
 
 
+Generator = Callable[[torch.Tensor, int, Sequence[Any]], np.ndarray]
+"""``(labels [B], seed, hooks) -> samples [B, 64]`` (8×8 images in [-1, 1]) of a trained denoiser."""
+
+
+def _mlp_generator(
+    setting: Setting, seed: int, data: Mapping[str, Any]
+) -> tuple[torch.nn.Module, Generator, float]:
+    """The plan's §6 MLP DDPM, trained: (model, sampler, final loss)."""
+    model = DigitsDDPM(hidden=setting.hidden, n_steps=setting.n_steps, seed=seed)
+    losses = train_ddpm(
+        model, torch.from_numpy(data["X"]), torch.from_numpy(data["y"]), steps=setting.ddpm_train_steps,
+        batch_size=setting.ddpm_batch, lr=setting.ddpm_lr, seed=seed,
+    )  # fmt: skip
+
+    def generate(labels: torch.Tensor, s: int, hooks: Sequence[Any]) -> np.ndarray:
+        return ddpm_sample(model, labels, seed=s, hooks=hooks).numpy()
+
+    return model, generate, float(np.mean(losses[-100:]))
+
+
+def digits_unet(seed: int = 0) -> torch.nn.Module:
+    """The plan's §11 denoiser: a class-conditional ``diffusers.UNet2DModel`` for 16×16 one-channel digits
+    (``block_out_channels=(32, 64)``, one ResNet layer per block, ``num_class_embeds=10``); weights from
+    ``isolated_rng(seed)``. ``up_blocks.0`` outputs ``[B, 64, 16, 16]``."""
+    try:
+        from diffusers import UNet2DModel
+    except ImportError as err:  # pragma: no cover - exercised only without diffusers
+        raise ImportError("P19's full run needs diffusers: pip install 'diffusers>=0.32'") from err
+    with isolated_rng(seed):
+        return UNet2DModel(
+            sample_size=16, in_channels=1, out_channels=1, layers_per_block=1, block_out_channels=(32, 64),
+            down_block_types=("DownBlock2D", "DownBlock2D"), up_block_types=("UpBlock2D", "UpBlock2D"),
+            norm_num_groups=8, num_class_embeds=10,
+        )  # fmt: skip
+
+
+def digits_scheduler(n_steps: int) -> Any:
+    """A ``diffusers.DDPMScheduler`` with ``n_steps`` training and sampling steps and the linear β schedule of
+    :class:`~icml25.interpretability.saeuron.DigitsDDPM` (1e-4·1000/T to 0.02·1000/T), posterior variance."""
+    from diffusers import DDPMScheduler
+
+    return DDPMScheduler(
+        num_train_timesteps=n_steps,
+        beta_start=1e-4 * 1000 / n_steps,
+        beta_end=min(0.02 * 1000 / n_steps, 0.5),
+    )
+
+
+def upsample_digits(X: np.ndarray) -> torch.Tensor:
+    """8×8 digits ``[N, 64]`` → ``[N, 1, 16, 16]`` (each pixel a 2×2 block; :func:`pool_digits` inverts it)."""
+    x = torch.as_tensor(X, dtype=torch.float32).reshape(-1, 1, 8, 8)
+    return torch.nn.functional.interpolate(x, scale_factor=2, mode="nearest")
+
+
+def pool_digits(x: torch.Tensor) -> torch.Tensor:
+    """16×16 images ``[N, 1, 16, 16]`` → 8×8 ``[N, 64]`` by 2×2 average pooling (the evaluator's input)."""
+    return torch.nn.functional.avg_pool2d(x, 2).reshape(x.shape[0], 64)
+
+
+def train_unet(
+    unet: torch.nn.Module, scheduler: Any, X: torch.Tensor, y: torch.Tensor, *, steps: int, batch_size: int,
+    lr: float, seed: int,
+) -> list[float]:  # fmt: skip
+    """ε-prediction DDPM training of ``unet`` in place (Adam, cosine decay) on images ``X`` ``[N, 1, 16, 16]``
+    with labels ``y`` ``[N]``; batches, times and noise from a local generator. Returns the losses."""
+    g = make_generator(seed)
+    T = scheduler.config.num_train_timesteps
+    opt = torch.optim.Adam(unet.parameters(), lr=lr)
+    cos = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
+    unet.train()
+    losses = []
+    with torch.enable_grad():
+        for _ in progress(range(steps), desc="P19 UNet"):
+            i = torch.randint(0, X.shape[0], (batch_size,), generator=g)
+            t = torch.randint(0, T, (batch_size,), generator=g)
+            noise = torch.randn((batch_size, *X.shape[1:]), generator=g)
+            pred = unet(scheduler.add_noise(X[i], noise, t), t, class_labels=y[i]).sample
+            loss = torch.nn.functional.mse_loss(pred, noise)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            cos.step()
+            losses.append(float(loss.detach()))
+    unet.eval()
+    return losses
+
+
+@torch.no_grad()
+def unet_sample(
+    unet: torch.nn.Module, scheduler: Any, labels: torch.Tensor, *, seed: int, hooks: Sequence[Any] = ()
+) -> torch.Tensor:
+    """Ancestral sampling with ``scheduler`` (all its training steps) of 16×16 digits for ``labels`` ``[B]``, in
+    chunks of 128, pooled to 8×8 ``[B, 64]`` in [-1, 1]. Before step ``i`` every hook is set to step ``i``."""
+    T = scheduler.config.num_train_timesteps
+    for h in hooks:
+        h.check_steps(T)
+    scheduler.set_timesteps(T)
+    g = make_generator(seed)
+    out = []
+    for chunk in labels.long().split(UNET_CHUNK):
+        x = torch.randn(chunk.shape[0], 1, 16, 16, generator=g)
+        for i, t in enumerate(scheduler.timesteps):
+            for h in hooks:
+                h.set_step(i)
+            eps = unet(x, t, class_labels=chunk).sample
+            x = scheduler.step(eps, t, x, generator=g).prev_sample
+        out.append(pool_digits(x.clamp(-1, 1)))
+    return torch.cat(out)
+
+
+def _unet_generator(
+    setting: Setting, seed: int, data: Mapping[str, Any]
+) -> tuple[torch.nn.Module, Generator, float]:
+    """The plan's §11 UNet, trained: (model, sampler, final loss)."""
+    unet = digits_unet(seed)
+    scheduler = digits_scheduler(setting.n_steps)
+    losses = train_unet(
+        unet, scheduler, upsample_digits(data["X"]), torch.from_numpy(data["y"]).long(),
+        steps=setting.ddpm_train_steps, batch_size=setting.ddpm_batch, lr=setting.ddpm_lr, seed=seed,
+    )  # fmt: skip
+
+    def generate(labels: torch.Tensor, s: int, hooks: Sequence[Any]) -> np.ndarray:
+        return unet_sample(unet, scheduler, labels, seed=s, hooks=hooks).numpy()
+
+    return unet, generate, float(np.mean(losses[-100:]))
+
+
+def sae_training_patches(acts: Mapping[str, torch.Tensor], max_patches: int, seed: int) -> torch.Tensor:
+    """The SAE's training inputs ``[N, d]``: every captured patch of every concept, or, beyond ``max_patches``,
+    the same random fraction of each concept's patches."""
+    flat = [a.reshape(-1, a.shape[-1]) for a in acts.values()]
+    total = sum(f.shape[0] for f in flat)
+    if total <= max_patches:
+        return torch.cat(flat)
+    g = make_generator(seed + 29)
+    return torch.cat(
+        [f[torch.randperm(f.shape[0], generator=g)[: max_patches * f.shape[0] // total]] for f in flat]
+    )
+
+
 def measure_digits(setting: Setting, seed: int, select: Selector) -> tuple[dict[str, float], dict[str, Any]]:
-    """Train the DDPM and SAE, build the plans and score every arm on fresh samples (one seed)."""
+    """Train the denoiser and SAE, build the plans and score every arm on fresh samples (one seed)."""
     from sklearn.linear_model import LogisticRegression
 
     t0 = time.perf_counter()
     data = digits_data(seed)
     clf = LogisticRegression(max_iter=3000).fit(data["X"], data["y"])
     m: dict[str, float] = {"evaluator_acc": float(clf.score(data["X_ref"], data["y_ref"]))}
-    model = DigitsDDPM(hidden=setting.hidden, n_steps=setting.n_steps, seed=seed)
-    losses = train_ddpm(
-        model,
-        torch.from_numpy(data["X"]),
-        torch.from_numpy(data["y"]),
-        steps=setting.ddpm_train_steps,
-        batch_size=128,
-        seed=seed,
-    )
-    m["ddpm_final_loss"] = float(np.mean(losses[-100:]))
+    build = _unet_generator if setting.kind == "unet" else _mlp_generator
+    model, generate, m["ddpm_final_loss"] = build(setting, seed, data)
+    m["denoiser_seconds"] = time.perf_counter() - t0
     T = setting.n_steps
     acts = {}
     for c in progress(range(10), desc="P19 activations"):
-        with ActivationCapture(model, "block", T) as cap:
-            ddpm_sample(model, torch.full((setting.collect_per_class,), c), seed=seed * 1000 + c, hooks=[cap])
-        acts[str(c)] = cap.activations()  # [n, T, 1, hidden]
+        with ActivationCapture(model, setting.block, T) as cap:
+            generate(torch.full((setting.collect_per_class,), c), seed * 1000 + c, [cap])
+        acts[str(c)] = cap.activations()  # [n, T, P, d]: P = 1 (MLP) or 256 positions (UNet)
+    m["patches_per_image"] = float(next(iter(acts.values())).shape[2])
     sae = fit_block_sae(
-        torch.cat(list(acts.values())), setting.d_sae, setting.sae_k, steps=setting.sae_steps, batch_size=256,
-        lr=setting.sae_lr, seed=seed,
+        sae_training_patches(acts, SAE_MAX_PATCHES, seed), setting.d_sae, setting.sae_k,
+        steps=setting.sae_steps, batch_size=setting.sae_batch, lr=setting.sae_lr, seed=seed,
     )  # fmt: skip
     latents = concept_latents(sae, acts)
+    del acts
     m["train_seconds"] = time.perf_counter() - t0
 
     labels = torch.cat(
@@ -356,9 +536,9 @@ def measure_digits(setting: Setting, seed: int, select: Selector) -> tuple[dict[
 
     def sample(plan: UnlearningPlan | None, lab: torch.Tensor) -> np.ndarray:
         if plan is None:
-            return ddpm_sample(model, lab, seed=eval_seed).numpy()
-        with SAEUnlearningHook(model, "block", sae, plan) as hook:
-            return ddpm_sample(model, lab, seed=eval_seed, hooks=[hook]).numpy()
+            return generate(lab, eval_seed, [])
+        with SAEUnlearningHook(model, setting.block, sae, plan) as hook:
+            return generate(lab, eval_seed, [hook])
 
     def scores(x: np.ndarray, lab: torch.Tensor) -> tuple[float, float]:
         pred = clf.predict(x)
@@ -367,6 +547,7 @@ def measure_digits(setting: Setting, seed: int, select: Selector) -> tuple[dict[
 
     samples = {"none": sample(None, labels)}
     m["ua_none"], m["ira_none"] = scores(samples["none"], labels)
+    m["acc_none"] = float((clf.predict(samples["none"]) == labels.numpy()).mean())
     for arm, feats in progress(list(arms.items()), desc="P19 arms"):
         samples[arm] = sample(
             UnlearningPlan.from_features(latents, [TARGET], feats, setting.multiplier), labels
@@ -420,11 +601,17 @@ def evaluate(
             plot_digits(out_dir, extra, setting) if extra is not None else plot_synthetic(out_dir, metrics)
         ]
     synthetic = setting.kind == "synthetic"
+    denoiser = (
+        f"UNet2DModel (32, 64) on 16x16 digits, DDPMScheduler T={setting.n_steps}, {setting.ddpm_train_steps} "
+        f"steps at batch {setting.ddpm_batch}; hooked {setting.block} (every spatial position an SAE input)"
+        if setting.kind == "unet"
+        else f"DigitsDDPM T={setting.n_steps}, hidden {setting.hidden}, {setting.ddpm_train_steps} steps"
+    )
     notes = (
         f"synthetic block activations: {setting.n_concepts} planted concepts over {setting.n_steps} steps, known "
         f"32-atom dictionary SAE (k={setting.sae_k}), q={setting.percentile:g}, gamma={setting.multiplier:g}"
         if synthetic
-        else f"DigitsDDPM T={setting.n_steps}, hidden {setting.hidden}, {setting.ddpm_train_steps} steps; BatchTopK "
+        else f"{denoiser}; BatchTopK "
         f"SAE {setting.d_sae} latents, k={setting.sae_k}, {setting.sae_steps} steps; concept '{TARGET}', "
         f"q={setting.percentile:g}, gamma={setting.multiplier:g}; {setting.n_target} target and {setting.n_other} "
         "samples of each other class per arm, same noise across arms; logistic-regression evaluator"
@@ -436,6 +623,8 @@ def evaluate(
         metrics=metrics,
         headline="probe_drop" if synthetic else "ua",
         baseline="baseline_probe_drop_random" if synthetic else "baseline_ua_random",
+        better="higher",  # relative probe-score drop of the target concept; unlearning accuracy on "3"
+        preconditions=preconditions(setting),
         figures=figures,
         seeds=list(range(seed, seed + setting.n_seeds)),
         notes=notes,
