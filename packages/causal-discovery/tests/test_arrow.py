@@ -488,3 +488,18 @@ def test_broken_variant_fails_quick_gate(monkeypatch: pytest.MonkeyPatch) -> Non
     assert metrics["quick_tau_acc"] < 0.5
     assert verdict["quick: tau* accuracy >= 0.85"] is False
     assert not all(verdict.values())
+
+
+@pytest.mark.slow
+def test_full_reproduction_misses_exactly_the_linear_f1_check() -> None:
+    """The full run (about 15 min on the shared 2-core CPU) as recorded in the results ledger: with the
+    official defaults every check passes but ``linear: F1 >= PCMCI - 0.02`` (the catalog's known miss:
+    the lag-1 self-links that the XOR step does not keep are never tested)."""
+    pytest.importorskip("tigramite")
+    from icml25.causal_discovery.experiments import arrow as exp
+
+    report = exp.run(quick=False, seed=0)
+    assert [name for name, ok in report.checks.items() if not ok] == ["linear: F1 >= PCMCI - 0.02"]
+    m = report.metrics
+    assert m["linear_f1_arrow_ours"] >= m["linear_f1_base"] - 0.02  # our variant keeps the self-links
+    assert m["official_speedup"] > 1 and m["official_sum_tpr_arrow"] >= m["official_sum_tpr_base"]
