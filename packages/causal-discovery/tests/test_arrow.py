@@ -154,7 +154,7 @@ def test_prune_options() -> None:
 # --------------------------------------------------------------------------------- the estimator
 def test_no_pruning_reproduces_granger_base_exactly() -> None:
     X, _ = simulate_svar(d=5, T=400, rng=4)
-    model = ARROW(base="granger", lag_max=4, theta=-np.inf, k=2.0, pad=4).fit(X)
+    model = ARROW(base="granger", lag_max=4, theta=-np.inf, k=2.0, pad=4, readout="all").fit(X)
     base_graph, _ = model.run_base_only(X)
     assert model.graph_.shape == (5, 5, 4)
     assert np.array_equal(model.graph_, base_graph)
@@ -167,7 +167,9 @@ def test_no_pruning_reproduces_pcmci_exactly() -> None:
     kw = {"pc_alpha": 0.05, "alpha_level": 0.01}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # T < 1000 warning of the fixed threshold
-        model = ARROW(base="pcmci", lag_max=4, theta=-np.inf, k=2.0, pad=4, base_kwargs=kw).fit(X)
+        model = ARROW(
+            base="pcmci", lag_max=4, theta=-np.inf, k=2.0, pad=4, readout="all", base_kwargs=kw
+        ).fit(X)
         base_graph, _ = model.run_base_only(X)
     assert np.array_equal(model.graph_, base_graph)
     assert base_graph.sum() > 0
@@ -223,12 +225,34 @@ def test_callable_base_sees_only_kept_links() -> None:
 
 def test_pad_and_self_lag1_links() -> None:
     X, _ = simulate_svar(d=6, T=1000, rng=9)
-    model = ARROW(base="granger", lag_max=6, pad=1, fallback="none").fit(X)
+    model = ARROW(base="granger", lag_max=6, pad=1, fallback="none", self_lag1=True).fit(X)
     for i, j, t in model.candidates_:
         for lag in (t - 1, t, t + 1):
             if 1 <= lag <= 5:
                 assert (j, lag) in model.links_[i]
     assert all((i, 1) in model.links_[i] for i in range(6))
+    # official default: no extra self-links, only the kept (cause, τ*) pairs are tested
+    plain = ARROW(base="granger", lag_max=6, fallback="none").fit(X)
+    assert {(i, j, t) for i, pairs in plain.links_.items() for j, t in pairs} == set(plain.candidates_)
+
+
+def test_readout_pair_reads_each_pair_at_its_xor_lag_only() -> None:
+    """readout="pair" (official): one decision per pair at (j, τ*_ij); "all" (ours): every tested link."""
+
+    def everything(X: np.ndarray, links: dict | None, tau_max: int) -> np.ndarray:
+        return np.ones((X.shape[1], X.shape[1], tau_max + 1), dtype=bool)
+
+    X, _ = simulate_svar(d=6, T=1000, rng=8)
+    pair = ARROW(base=everything, lag_max=6, pad=1, self_lag1=True).fit(X)
+    every = clone(pair).set_params(readout="all").fit(X)
+    assert pair.candidates_ == every.candidates_ and pair.links_ == every.links_
+    tested = {(i, j, t) for i, pairs in every.links_.items() for j, t in pairs}
+    assert {tuple(int(v) for v in e) for e in zip(*np.nonzero(every.graph_))} == tested
+    expected = {(i, j, t) for i, j, t in tested if t == pair.tau_star_[i, j]}
+    assert {tuple(int(v) for v in e) for e in zip(*np.nonzero(pair.graph_))} == expected
+    assert set(pair.candidates_) <= expected  # every kept pair is tested at its own τ*
+    assert (pair.graph_.sum(-1) <= 1).all() and pair.graph_.sum() < every.graph_.sum()
+    assert ARROW().get_params()["readout"] == "pair" and ARROW().get_params()["self_lag1"] is False
 
 
 def test_null_theta_is_deterministic() -> None:
@@ -284,6 +308,12 @@ def test_bad_inputs() -> None:
         ARROW(base="granger", lag_max=6, theta="auto").fit(X)
     with pytest.raises(ValueError, match="input"):
         ARROW(base="granger", lag_max=6, input="bins").fit(X)
+    with pytest.raises(ValueError, match=r"readout must be one of \['pair', 'all'\], got 'any'"):
+        ARROW(base="granger", lag_max=6, readout="any").fit(X)
+    with pytest.raises(TypeError, match="self_lag1 must be a bool"):
+        ARROW(base="granger", lag_max=6, self_lag1="yes").fit(X)
+    with pytest.raises(ValueError, match="Complex data not supported: X must be a real array"):
+        ARROW(base="granger", lag_max=6).fit(X + 1j)
     with pytest.raises(ValueError, match="bool array"):
         xor_lag_scores(X, 6)
 
@@ -372,13 +402,14 @@ def test_rescue_bad_values_name_the_parameter() -> None:
         ({"rescue": "mi"}, "rescue must be"),
         ({"rescue": None}, "rescue must be"),
         ({"rescue": "dependence", "rescue_bins": 1}, "rescue_bins"),
-        ({"rescue": "dependence", "rescue_bins": 4.0}, "rescue_bins"),
         ({"rescue": "dependence", "rescue_alpha": 0.0}, "rescue_alpha"),
         ({"rescue": "dependence", "rescue_alpha": 1.5}, "rescue_alpha"),
         ({"rescue": "dependence", "rescue_alpha": float("nan")}, "rescue_alpha"),
     ]:
         with pytest.raises(ValueError, match=name):
             ARROW(base="granger", lag_max=6, **kwargs).fit(X)
+    with pytest.raises(TypeError, match="rescue_bins must be an int >= 2, got float"):
+        ARROW(base="granger", lag_max=6, rescue="dependence", rescue_bins=4.0).fit(X)
     with pytest.raises(ValueError, match="rescue_bins"):
         dependence_scores(X, 6, bins=1)
     with pytest.raises(ValueError, match="rescue_alpha"):
@@ -392,6 +423,23 @@ def test_simulate_svar_links_and_noise() -> None:
         simulate_svar(d=4, T=500, link="cube")
     with pytest.raises(ValueError, match="noise"):
         simulate_svar(d=4, T=500, noise="cauchy")
+
+
+# ---------------------------------------------------------------- the official protocol's readout
+def test_official_baseline_keeps_one_lag_per_cause_and_lag_metrics() -> None:
+    from icml25.causal_discovery.experiments.arrow import lag_rates, one_lag_per_cause
+
+    g = np.zeros((3, 3, 5), dtype=bool)
+    g[1, 0, 2] = g[2, 0, 2] = g[2, 0, 4] = True  # cause 0: two edges at lag 2, one at lag 4 -> lag 2
+    g[0, 1, 3] = g[2, 1, 1] = True  # cause 1: a tie between lags 1 and 3 -> the smaller, 1
+    kept, lags = one_lag_per_cause(g)
+    assert {tuple(int(v) for v in e) for e in zip(*np.nonzero(kept))} == {(1, 0, 2), (2, 0, 2), (2, 1, 1)}
+    assert lags.tolist() == [[0, 0, 0], [2, 0, 0], [2, 1, 0]]
+    truth = np.zeros((3, 3, 5), dtype=bool)
+    truth[1, 0, 2] = truth[2, 1, 3] = truth[0, 0, 1] = True
+    rates = lag_rates(truth, lags)  # true pairs: (1,0) right, (2,1) wrong lag, (0,0) missed; (2,0) extra
+    assert rates["tpr"] == pytest.approx(1 / 3) and rates["fpr"] == pytest.approx(1 / 6)
+    assert rates["auc"] == pytest.approx(0.5 * (1 + 1 / 3))
 
 
 # --------------------------------------------------------------------------- quick reproduction
@@ -440,3 +488,18 @@ def test_broken_variant_fails_quick_gate(monkeypatch: pytest.MonkeyPatch) -> Non
     assert metrics["quick_tau_acc"] < 0.5
     assert verdict["quick: tau* accuracy >= 0.85"] is False
     assert not all(verdict.values())
+
+
+@pytest.mark.slow
+def test_full_reproduction_misses_exactly_the_linear_f1_check() -> None:
+    """The full run (about 15 min on the shared 2-core CPU) as recorded in the results ledger: with the
+    official defaults every check passes but ``linear: F1 >= PCMCI - 0.02`` (the catalog's known miss:
+    the lag-1 self-links that the XOR step does not keep are never tested)."""
+    pytest.importorskip("tigramite")
+    from icml25.causal_discovery.experiments import arrow as exp
+
+    report = exp.run(quick=False, seed=0)
+    assert [name for name, ok in report.checks.items() if not ok] == ["linear: F1 >= PCMCI - 0.02"]
+    m = report.metrics
+    assert m["linear_f1_arrow_ours"] >= m["linear_f1_base"] - 0.02  # our variant keeps the self-links
+    assert m["official_speedup"] > 1 and m["official_sum_tpr_arrow"] >= m["official_sum_tpr_base"]

@@ -241,7 +241,7 @@ def test_arrow_pcmci_graph_equals_tigramite_pcmci_on_the_same_links() -> None:
 
     X, _ = simulate_svar(d=5, T=1000, n_parents=1, rng=3)
     kw = {"pc_alpha": 0.05, "alpha_level": 0.01}
-    model = ARROW(base="pcmci", lag_max=6, base_kwargs=kw).fit(pd.DataFrame(X, columns=NAMES))
+    model = ARROW(base="pcmci", lag_max=6, base_kwargs=kw, readout="all").fit(pd.DataFrame(X, columns=NAMES))
     assumptions = {i: {(j, -tau): "-?>" for j, tau in model.links_[i]} for i in range(5)}
     lags = [tau for pairs in model.links_.values() for _, tau in pairs]
     res = PCMCI(dataframe=DataFrame(X, var_names=NAMES), cond_ind_test=ParCorr(), verbosity=0).run_pcmci(

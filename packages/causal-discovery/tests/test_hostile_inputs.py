@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import scipy.sparse
 import torch
 
 import icml25.causal_discovery as cd
@@ -478,6 +479,32 @@ def test_arrow_theta_nan_is_a_value_error_and_keeps_state() -> None:
 
 
 # ---------------------------------------------------------------------------- issue 81 (bad input round 2)
+def test_arrow_fit_rejects_complex_sparse_and_empty_x_and_keeps_state() -> None:
+    """Issue 81, item 15: complex X was cast to float (imaginary part dropped) without a word."""
+    model = cd.ARROW(base="granger", lag_max=4, theta=0.0).fit(_X)
+    before = kt.snapshot_state(model)
+    with pytest.raises(
+        ValueError, match=r"^Complex data not supported: X must be a real array .* complex128"
+    ):
+        model.fit(_X + 1j)
+    with pytest.raises(ValueError, match="Complex data not supported"):
+        model.fit(_X.astype(np.complex64))  # even with a zero imaginary part
+    with pytest.raises(TypeError, match=r"^Sparse data not supported: X must be a dense array"):
+        model.fit(scipy.sparse.csr_matrix(_X))
+    with pytest.raises(ValueError, match=r"0 feature\(s\) \(shape=\(30, 0\)\) while a minimum of 1"):
+        model.fit(np.zeros((30, 0)))
+    with pytest.raises(ValueError, match=r"at least 3 time steps .* got 1 sample"):
+        model.fit(_X[:1])
+    with pytest.raises(TypeError, match="argument must be a string or a real number"):
+        bad = _X.astype(object)
+        bad[0, 0] = {"a": 1}
+        model.fit(bad)
+    assert kt.states_equal(before, kt.snapshot_state(model))
+    assert np.array_equal(
+        model.fit(_X.astype(object)).graph_, cd.ARROW(base="granger", lag_max=4, theta=0.0).fit(_X).graph_
+    )
+
+
 def test_tfl_fit_blames_a_prior_callable_with_too_few_columns() -> None:
     rng = np.random.default_rng(0)
     X, ybar, s = rng.normal(size=(20, 3)), np.arange(20) % 4, rng.integers(0, 2, 20)

@@ -2,12 +2,13 @@
 weaving -> XOR lags -> global pruning -> restricted base run.
 
 The base algorithm sees only the kept (cause, lag) pairs of each effect, and its lag window shrinks to
-``[min lag, max lag]`` of those pairs; that is where the speedup comes from. Official behaviour kept
-here: an effect with no kept cause is given every variable at every lag of that window (``fallback="all"``),
-and ``pad=0`` (only ``τ*``). Our additions: each variable's own lag-1 link is always tested
-(``self_lag1=True``, the autoregressive term that a 2-bit trend code often misses), ``theta="null"``,
-``per_target_cap``, ``input="raw"`` by default (the official code feeds the symbols, ``input="codes"``),
-and ``rescue="dependence"``: a binned mutual-information screen of the pairs the XOR step drops, which
+``[min lag, max lag]`` of those pairs; that is where the speedup comes from. Official behaviour, the
+defaults here: an effect with no kept cause is given every variable at every lag of that window
+(``fallback="all"``), ``pad=0`` (only ``τ*``), no extra self-links (``self_lag1=False``), and one edge
+decision per pair, read at its XOR lag ``(j, τ*_ij)`` (``readout="pair"``). Our options: each variable's own
+lag-1 link always tested (``self_lag1=True``, the autoregressive term that a 2-bit trend code often misses),
+every tested link an edge (``readout="all"``), ``theta="null"``, ``per_target_cap``, ``input="raw"`` by
+default (the official code feeds the symbols, ``input="codes"``), and ``rescue="dependence"``: a binned mutual-information screen of the pairs the XOR step drops, which
 restores the links of non-monotone link functions (whose trend codes agree with their cause only at
 chance level) at the cost of the screen and of the extra base tests.
 """
@@ -33,6 +34,7 @@ from icml25.causal_discovery.arrow.lags import (
     xor_lag_scores,
 )
 from icml25.causal_discovery.arrow.weaving import check_series, constant_columns, time_weave, warn_constant
+from icml25.kernels.checks import check_choice, check_fitted, check_float, check_int
 
 
 def default_lag_max(T: int) -> int:
@@ -53,9 +55,12 @@ class ARROW(BaseEstimator):
         per_target_cap: optional cap on kept causes per effect.
         include_self: rank self pairs too (official).
         pad: also test lags ``τ* ± 1 … ± pad`` of every kept pair (official 0).
-        self_lag1: always test each variable's own lag-1 link.
+        self_lag1: always test each variable's own lag-1 link (ours; official ``False``).
         fallback: ``"all"`` gives effects without kept causes every variable at every lag of the window
             (official PCMCI wrapper); ``"none"`` tests nothing for them.
+        readout: ``"pair"`` (official): pair ``(i, j)`` is an edge, at lag ``τ*_ij`` only, when the base
+            finds the link ``(j, τ*_ij)`` (a pair whose ``τ*`` was not tested is no edge); ``"all"`` (ours):
+            every tested link that the base finds is an edge, at any lag.
         input: ``"raw"`` values or the patch ``"codes"`` (symbols, as the official code) for the base.
         rescue: ``"none"`` (official: only the XOR-kept pairs) or ``"dependence"``: also keep the pairs that
             the XOR step dropped but whose lagged binned mutual information (rank bins, raw values) is
@@ -95,8 +100,9 @@ class ARROW(BaseEstimator):
         per_target_cap: int | None = None,
         include_self: bool = True,
         pad: int = 0,
-        self_lag1: bool = True,
+        self_lag1: bool = False,
         fallback: str = "all",
+        readout: str = "pair",
         input: str = "raw",
         rescue: str = "none",
         rescue_bins: int = 6,
@@ -119,6 +125,7 @@ class ARROW(BaseEstimator):
         self.pad = pad
         self.self_lag1 = self_lag1
         self.fallback = fallback
+        self.readout = readout
         self.input = input
         self.rescue = rescue
         self.rescue_bins = rescue_bins
@@ -144,31 +151,20 @@ class ARROW(BaseEstimator):
         return lambda X, links, tau_max: fn(X, links, tau_max, **kwargs)
 
     def _check_params(self) -> None:
-        if self.input not in ("raw", "codes"):
-            raise ValueError(f"input must be 'raw' or 'codes', got {self.input!r}")
-        if self.rescue not in ("none", "dependence"):
-            raise ValueError(f"rescue must be 'none' or 'dependence', got {self.rescue!r}")
-        if (
-            isinstance(self.rescue_bins, bool)
-            or not isinstance(self.rescue_bins, (int, np.integer))
-            or (self.rescue_bins < 2)
-        ):
-            raise ValueError(f"rescue_bins must be an int >= 2, got {self.rescue_bins!r}")
-        if (
-            isinstance(self.rescue_alpha, bool)
-            or not isinstance(self.rescue_alpha, (int, float, np.floating))
-            or not 0 < self.rescue_alpha < 1
-        ):
-            raise ValueError(f"rescue_alpha must be a float in (0, 1), got {self.rescue_alpha!r}")
-        if self.fallback not in ("all", "none"):
-            raise ValueError(f"fallback must be 'all' or 'none', got {self.fallback!r}")
-        if self.constant_policy not in ("raise", "exclude"):
-            raise ValueError(f"constant_policy must be 'raise' or 'exclude', got {self.constant_policy!r}")
-        if isinstance(self.pad, bool) or not isinstance(self.pad, (int, np.integer)) or self.pad < 0:
-            raise ValueError(f"pad must be an int >= 0, got {self.pad!r}")
+        check_choice(self.input, "input", ("raw", "codes"))
+        check_choice(self.rescue, "rescue", ("none", "dependence"))
+        check_int(self.rescue_bins, "rescue_bins", low=2)
+        check_float(self.rescue_alpha, "rescue_alpha", low=0.0, high=1.0, low_open=True, high_open=True)
+        check_choice(self.fallback, "fallback", ("all", "none"))
+        check_choice(self.readout, "readout", ("pair", "all"))
+        check_choice(self.constant_policy, "constant_policy", ("raise", "exclude"))
+        check_int(self.pad, "pad", low=0)
+        if not isinstance(self.self_lag1, (bool, np.bool_)):
+            raise TypeError(
+                f"self_lag1 must be a bool, got {type(self.self_lag1).__name__} {self.self_lag1!r}"
+            )
         if isinstance(self.theta, str):
-            if self.theta != "null":
-                raise ValueError(f"theta must be a float or 'null', got {self.theta!r}")
+            check_choice(self.theta, "theta", ("null",))
         elif isinstance(self.theta, bool) or not isinstance(self.theta, (int, float, np.floating)):
             raise TypeError(f"theta must be a float or 'null', got {type(self.theta).__name__}")
         elif math.isnan(self.theta):
@@ -257,7 +253,10 @@ class ARROW(BaseEstimator):
         self.candidates_ = cands
         self.rescued_ = rescued
         self.links_ = links
-        self.graph_ = raw.astype(bool) & links_to_mask(links, d, tau_max)  # only tested links count
+        tested = links_to_mask(links, d, tau_max)  # only tested links count
+        if self.readout == "pair":  # official: one decision per pair, at its XOR lag τ*_ij
+            tested &= np.arange(tau_max + 1)[None, None, :] == sc.tau_star[:, :, None]
+        self.graph_ = raw.astype(bool) & tested
         self.summary_ = self.graph_.any(-1)
         self.lags_ = np.zeros((d, d), dtype=np.int64)
         for i, j, tau in cands:
@@ -323,8 +322,7 @@ class ARROW(BaseEstimator):
         return graph, time.perf_counter() - t0
 
     def _check_fitted(self) -> None:
-        if not hasattr(self, "graph_"):
-            raise ValueError("ARROW is not fitted: call fit(X) first")
+        check_fitted(self, "graph_")
 
     def to_networkx(self, names: list[str] | None = None) -> Any:
         """The lagged graph as a networkx ``DiGraph`` (see :func:`to_networkx`), with XOR scores.

@@ -29,22 +29,45 @@ def check_series(X: object, *, name: str = "X", nan_policy: str = "raise", min_l
         min_length: smallest accepted ``T``.
 
     Raises:
-        TypeError: ``X`` is not numeric.
-        ValueError: wrong number of dimensions, too short, infinite values, NaN under ``nan_policy="raise"``.
+        TypeError: ``X`` is not numeric (an object array of numbers is converted), or sparse.
+        ValueError: complex values, no column, wrong number of dimensions, too short, infinite values, NaN under
+            ``nan_policy="raise"``.
     """
     if nan_policy not in ("raise", "interpolate"):
         raise ValueError(f"nan_policy must be 'raise' or 'interpolate', got {nan_policy!r}")
     if isinstance(X, torch.Tensor):
         X = X.detach().cpu().numpy()
+    if hasattr(X, "tocsr") or hasattr(X, "toarray"):  # scipy.sparse matrices and arrays
+        raise TypeError(
+            f"Sparse data not supported: {name} must be a dense array [T, d], got {type(X).__name__}; "
+            "convert it with .toarray()"
+        )
     arr = np.asarray(X)
+    if arr.dtype == object and arr.ndim == 2:  # numbers stored as Python objects (scikit-learn's convention)
+        try:
+            arr = arr.astype(np.float64)
+        except (TypeError, ValueError) as err:
+            raise TypeError(f"{name} must be a numeric array [T, d]: {err}") from None
     if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
         raise TypeError(f"{name} must be a numeric array [T, d], got dtype {arr.dtype}")
+    if (
+        arr.dtype.kind == "c"
+    ):  # scikit-learn's wording; a cast to float would drop the imaginary part silently
+        raise ValueError(
+            f"Complex data not supported: {name} must be a real array [T, d], got dtype {arr.dtype}"
+        )
     if arr.ndim != 2:
         raise ValueError(f"{name} must be 2-D [T, d] (time x variables), got shape {arr.shape}")
     T, d = arr.shape
-    if d < 1 or T < min_length:
+    if d < 1:
         raise ValueError(
-            f"{name} must have at least {min_length} time steps and 1 variable, got shape {arr.shape}"
+            f"{name} has 0 feature(s) (shape={arr.shape}) while a minimum of 1 is required: one column per "
+            "variable"
+        )
+    if T < min_length:
+        raise ValueError(
+            f"{name} must have at least {min_length} time steps and 1 variable, got {T} sample(s) "
+            f"(shape {arr.shape})"
         )
     arr = arr.astype(np.float64, copy=True)
     if np.isinf(arr).any():
