@@ -33,6 +33,28 @@ SPECS = [
         },
     ),
     HostileSpec(
+        "check_client_states",
+        lambda client_states: fd.check_client_states(client_states),
+        {"client_states": _STATES},
+        (("client_states", 0, "w"), ("client_states", 2, "b")),
+        allow={
+            "constant": CONST_OK,
+            "huge": "large finite parameters are valid states: returned as given",
+            "dtype": "documented: non-float entries (e.g. BatchNorm counters) are not checked for NaN",
+        },
+    ),
+    HostileSpec(
+        "check_uploads",
+        fd.check_uploads,
+        {"uploads": dict(enumerate(_STATES))},
+        (("uploads", 1, "w"),),
+        allow={
+            "constant": CONST_OK,
+            "huge": "large finite parameters are valid uploads: returned as given",
+            "dtype": "documented: non-float entries (e.g. BatchNorm counters) are not checked for NaN",
+        },
+    ),
+    HostileSpec(
         "tsvt",
         fd.tsvt,
         {"x": torch.randn(3, 4, 2, generator=_g), "tau": 0.1},
@@ -418,3 +440,22 @@ def test_weighted_mean_state_rejects_nan_and_mismatched_clients() -> None:
         fd.weighted_mean_state([good[0], {"w": torch.ones(3, 2), "b": torch.zeros(2)}], [1.0, 1.0])
     out = fd.weighted_mean_state(good, [1.0, 3.0])
     assert torch.equal(out["w"], torch.ones(2, 2))
+
+
+def test_upload_checks_are_public_and_name_the_bad_client() -> None:
+    """Issue 81: FedGO validates its uploads with FedCEO's public checks (no private cross-module helper)."""
+    import icml25.federated.fedgo as fedgo_module
+
+    assert fedgo_module.check_client_states is fd.check_client_states
+    good = [{"w": torch.ones(2, 2)}, {"w": torch.zeros(2, 2)}]
+    assert fd.check_client_states(tuple(good)) == good
+    with pytest.raises(
+        ValueError, match=r"^uploads must have distinct client ids within a round, got duplicates \['3'\]"
+    ):
+        fd.check_uploads([(3, good[0]), (3, good[1])])
+    with pytest.raises(TypeError, match=r"^uploads\[1\] must be a \(client_id, state\) pair"):
+        fd.check_uploads([(0, good[0]), good[1]])
+    with pytest.raises(TypeError, match="uploads must be a dict"):
+        fd.check_uploads(good[0]["w"])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^uploads\[1\]\['w'\] contains NaN or Inf"):
+        fd.check_uploads({0: good[0], 1: {"w": torch.full((2, 2), float("inf"))}})

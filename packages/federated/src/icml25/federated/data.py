@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from icml25.kernels.checks import check_int
+from icml25.kernels.checks import check_float, check_int
 
 __all__ = [
     "FederatedData",
@@ -278,6 +278,7 @@ def load_federated_fashion_mnist(
     split: str = "iid",
     alpha: float = 0.5,
     local_train_fraction: float = 0.8,
+    local_val_fraction: float = 0.1,
     root: str | os.PathLike[str] | None = None,
     seed: int = 0,
 ) -> FederatedData:
@@ -286,7 +287,8 @@ def load_federated_fashion_mnist(
     The protocol of the official FedCEO code for its 28×28 task (EMNIST): the training split is divided
     among ``n_clients`` clients (IID by default), each client trains on the first ``local_train_fraction``
     of its shuffled shard (the official ``LocalUpdate`` keeps 80% for training and holds out 10% + 10%,
-    which no reported number uses), the official test split is the test set, and pixels are standardised
+    which no reported number uses); the next ``local_val_fraction`` of every shard, never trained on, is
+    pooled into the validation set (for tuning, e.g. FedCEO's λ), the official test split is the test set, and pixels are standardised
     as the official transform does (here with Fashion-MNIST's mean 0.2860 and std 0.3530). Images are
     flattened to ``[n, 784]``.
 
@@ -298,6 +300,8 @@ def load_federated_fashion_mnist(
         split: ``"iid"`` or ``"dirichlet"`` (label skew with concentration ``alpha``).
         alpha: Dirichlet concentration (``split="dirichlet"`` only).
         local_train_fraction: fraction of each client's shard it trains on, in (0, 1].
+        local_val_fraction: fraction of each client's shard held out for validation, in [0, 1], with
+            ``local_train_fraction + local_val_fraction <= 1``.
         root: folder holding the IDX files (see ``load_fashion_mnist``).
         seed: seeds the split and the shuffling of each shard.
     """
@@ -311,6 +315,12 @@ def load_federated_fashion_mnist(
         or not 0 < local_train_fraction <= 1
     ):
         raise ValueError(f"local_train_fraction must be a fraction in (0, 1], got {local_train_fraction!r}")
+    check_float(local_val_fraction, "local_val_fraction", low=0.0, high=1.0)
+    if local_train_fraction + local_val_fraction > 1 + 1e-12:
+        raise ValueError(
+            f"local_train_fraction + local_val_fraction must be <= 1, got {local_train_fraction!r} + "
+            f"{local_val_fraction!r}"
+        )
     check_int(n_clients, "n_clients", low=1)
     x, y = load_fashion_mnist(root, "train")
     x_te, y_te = load_fashion_mnist(root, "test")
@@ -325,15 +335,18 @@ def load_federated_fashion_mnist(
         if split == "iid"
         else dirichlet_split(y.numpy(), n_clients, alpha, rng)
     )
-    clients = []
+    clients, val = [], []
     for part in parts:
         shard = torch.as_tensor(rng.permutation(part))
-        keep = shard[: max(1, int(local_train_fraction * len(shard)))]
+        n_keep = max(1, int(local_train_fraction * len(shard)))
+        keep = shard[:n_keep]
         clients.append((x[keep].contiguous(), y[keep].contiguous()))
+        val.append(shard[n_keep : n_keep + int(local_val_fraction * len(shard))])
+    val_idx = torch.cat(val) if val else torch.zeros(0, dtype=torch.long)
     return FederatedData(
         clients=clients,
-        x_val=x[:0],
-        y_val=y[:0],
+        x_val=x[val_idx].contiguous(),
+        y_val=y[val_idx].contiguous(),
         x_test=x_te,
         y_test=y_te,
         n_classes=10,

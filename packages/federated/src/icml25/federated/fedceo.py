@@ -46,6 +46,8 @@ __all__ = [
     "FedAvgAggregator",
     "FedCEOAggregator",
     "FedCEOConfig",
+    "check_client_states",
+    "check_uploads",
     "fedceo_smooth",
     "is_smoothing_round",
     "matricize",
@@ -186,7 +188,20 @@ def matricize(p: Tensor, convention: str = "fedceo") -> tuple[Tensor, Callable[[
 # --------------------------------------------------------------------------------------------------
 
 
-def _validate_states(client_states: Sequence[Mapping[str, Tensor]], name: str = "client_states") -> None:
+def check_client_states(
+    client_states: Sequence[Mapping[str, Tensor]], name: str = "client_states"
+) -> list[Mapping[str, Tensor]]:
+    """Validate one round's client state dicts and return them as a list.
+
+    Every entry must be a ``dict[str, Tensor]`` with the same keys and shapes as the first one, and every
+    floating tensor must be finite. Raises ``TypeError`` (not a list, a non-dict entry, a non-tensor value)
+    or ``ValueError`` (no clients, differing keys or shapes, NaN/Inf), naming the client and the key.
+    Shared by FedCEO's smoothing and mean and by FedGO's weighted mean.
+
+    Args:
+        client_states: the clients' state dicts.
+        name: what the error messages call ``client_states``.
+    """
     if not isinstance(client_states, Sequence) or isinstance(client_states, (str, bytes)):
         raise TypeError(f"{name} must be a list of state dicts, got {type(client_states).__name__}")
     if len(client_states) == 0:
@@ -208,6 +223,7 @@ def _validate_states(client_states: Sequence[Mapping[str, Tensor]], name: str = 
                 )
             if v.is_floating_point() and not bool(torch.isfinite(v).all()):
                 raise ValueError(f"{name}[{i}][{k!r}] contains NaN or Inf")
+    return list(client_states)
 
 
 def _excluded(key: str, exclude: Iterable[str]) -> bool:
@@ -269,7 +285,7 @@ def mean_state(client_states: Sequence[Mapping[str, Tensor]]) -> State:
     Args:
         client_states: m state dicts with identical keys and shapes.
     """
-    _validate_states(client_states)
+    check_client_states(client_states)
     out: State = {}
     for k, v0 in client_states[0].items():
         if v0.is_floating_point():
@@ -305,7 +321,7 @@ def fedceo_smooth(
     Returns:
         ``(smoothed per-client states, global mean state)``.
     """
-    _validate_states(client_states)
+    check_client_states(client_states)
     exclude = tuple(exclude)
     taus = _per_key_tau(tau, client_states[0], exclude)
     m = len(client_states)
@@ -440,17 +456,32 @@ class FedCEOConfig:
         return cls(lam=1.0 / (2.0 * float(tau0)), **kwargs)  # type: ignore[arg-type]
 
 
-def _check_uploads(
+def check_uploads(
     uploads: Mapping[Hashable, Mapping[str, Tensor]] | Sequence[tuple[Hashable, State]],
-) -> list:
+) -> list[tuple[Hashable, State]]:
+    """Validate one round's uploads and return them as ``[(client_id, state), ...]``.
+
+    ``uploads`` is ``{client_id: state}`` or a sequence of ``(client_id, state)`` pairs. Raises
+    ``ValueError`` for an empty round, a client id that appears twice (the official code samples with
+    replacement by accident), or states that :func:`check_client_states` rejects; ``TypeError`` for an
+    entry that is not a pair. Shared by the FedAvg, FedCEO and FedGO server steps.
+    """
+    if isinstance(uploads, (str, bytes)) or not isinstance(uploads, (Mapping, Sequence)):
+        raise TypeError(
+            f"uploads must be a dict {{client_id: state}} or a list of (client_id, state) pairs, "
+            f"got {type(uploads).__name__}"
+        )
     items = list(uploads.items()) if isinstance(uploads, Mapping) else list(uploads)
+    for i, item in enumerate(items):
+        if not isinstance(item, tuple) or len(item) != 2:
+            raise TypeError(f"uploads[{i}] must be a (client_id, state) pair, got {type(item).__name__}")
     if len(items) == 0:
         raise ValueError("uploads must hold at least one (client_id, state) pair (empty round), got 0")
     ids = [cid for cid, _ in items]
     if len(set(ids)) != len(ids):
         dup = sorted({str(c) for c in ids if ids.count(c) > 1})
         raise ValueError(f"uploads must have distinct client ids within a round, got duplicates {dup}")
-    _validate_states([st for _, st in items], name="uploads")
+    check_client_states([st for _, st in items], name="uploads")
     return items
 
 
@@ -465,7 +496,7 @@ class FedAvgAggregator:
         self, round_idx: int, uploads: Mapping[Hashable, State] | Sequence[tuple[Hashable, State]]
     ) -> State:
         """Global model after round ``round_idx`` from ``{client_id: uploaded state}``."""
-        items = _check_uploads(uploads)
+        items = check_uploads(uploads)
         return mean_state([st for _, st in items])
 
     def smoothed_round(self, round_idx: int) -> bool:
@@ -519,7 +550,7 @@ class FedCEOAggregator(FedAvgAggregator):
     def aggregate(
         self, round_idx: int, uploads: Mapping[Hashable, State] | Sequence[tuple[Hashable, State]]
     ) -> State:
-        items = _check_uploads(uploads)
+        items = check_uploads(uploads)
         ids = [cid for cid, _ in items]
         states = [st for _, st in items]
         smoothed = False

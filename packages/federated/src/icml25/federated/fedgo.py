@@ -32,7 +32,7 @@ import torch
 from torch import Tensor, nn
 
 from icml25.federated.data import FederatedData
-from icml25.federated.fedceo import FedAvgAggregator, _check_uploads, _validate_states
+from icml25.federated.fedceo import FedAvgAggregator, check_client_states, check_uploads
 from icml25.federated.server import FederatedServer
 from icml25.federated.training import Adam, make_mlp, seed_generator
 from icml25.kernels.checks import check_float, check_int, check_tensor
@@ -522,7 +522,7 @@ def weighted_mean_state(states: Sequence[Mapping[str, Tensor]], n_samples: Seque
     Raises ``ValueError`` when the clients' states differ in keys or shapes or hold NaN/Inf (a client's
     non-finite parameter would make the average non-finite), ``TypeError`` for a non-tensor entry.
     """
-    _validate_states(states, name="states")  # same keys and shapes in every client, finite floats
+    check_client_states(states, name="states")  # same keys and shapes in every client, finite floats
     n = _check_n_samples(torch.as_tensor([float(v) for v in n_samples]), len(states))
     w = n / n.sum()
     out: State = {}
@@ -707,7 +707,7 @@ class FedGOAggregator(FedAvgAggregator):
         self, round_idx: int, uploads: Mapping[Hashable, State] | Sequence[tuple[Hashable, State]]
     ) -> State:
         """FedAvg by ``n_k``, pseudo-label the server set, distil from the average; the new global state."""
-        items = _check_uploads(uploads)
+        items = check_uploads(uploads)
         ids = [cid for cid, _ in items]
         states = [st for _, st in items]
         q = self.pseudo_labels(states, ids)  # validates pre_fl / registration before any training

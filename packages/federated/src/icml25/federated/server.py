@@ -156,6 +156,29 @@ class FederatedServer:
         self.round += 1
         return self.global_state
 
+    def peek_round(self, dp: DPConfig | None = None) -> State:
+        """The plain mean of the uploads the next round would collect under ``dp`` (default: this run's).
+
+        Same clients, start states, mini-batches, dropout masks and generators as :meth:`run_round` (the
+        DP noise is drawn, times σ, even when σ = 0, so every random stream stays aligned); the run does
+        not advance. With ``DPConfig("sample", 0.0, clip)`` it is the noise-free counterpart of a DP-SGD
+        round: the same clipped per-sample gradients without the Gaussian noise.
+        """
+        if dp is not None and not isinstance(dp, DPConfig):
+            raise TypeError(f"dp must be a DPConfig or None, got {type(dp).__name__}")
+        dp = self.dp if dp is None else dp
+        t = self.round
+        rng = copy.deepcopy(self._rng)
+        chosen = sorted(rng.choice(len(self.data.clients), size=self.m, replace=False).tolist())
+        model = copy.deepcopy(self.model)
+        uploads = []
+        for cid in chosen:
+            x, y = self.data.clients[cid]
+            start = self.aggregator.start_state(t, cid, self.global_state)
+            res = client_update(model, start, x, y, self.train, dp, seed_generator(self.seed, t, cid))
+            uploads.append(res.upload)
+        return mean_state(uploads)
+
     def fork(self, aggregator: FedAvgAggregator) -> FederatedServer:
         """A copy of this run that continues with another server step; the data are shared, not copied.
 
