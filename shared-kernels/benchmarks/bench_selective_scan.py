@@ -37,7 +37,21 @@ lower bound (one exp per step, channel and state; its exp is 75% of its time) an
 ``logcumsumexp`` is slow. On CPU the right choice is the sequential form (or a compiled loop); the chunked
 closed form is a GPU formulation.
 
-    python shared-kernels/benchmarks/bench_selective_scan.py [--quick] [--threads 1] [--reps 5] [--json]
+Training (``--train``, forward + backward w.r.t. every input, the ``fwd+bwd`` rows): at the shapes of P13's
+full run (VimTiny d 64, expand 2, state 8, batch 128, L = 16 patches + the class token: ``B=128 D=128 N=8
+L=17``; one such scan per direction and block, 12 a training step) the chunked form is far worse than its
+forward-only ratio suggests: one 17-step chunk's decay tensor is ``128·128·17·17·8`` = 37.9M floats (150 MB),
+and autograd keeps it and its ``exp``/``masked_fill``/``sub`` intermediates for the backward, which runs the
+same T²-sized ops again; measured 0.04-0.08× the sequential form (a whole VimTiny training step: 1.6 s
+sequential vs 37 s with ``chunk_size=17``, 1 thread). Smaller chunks shrink the T² factor but never reach 1×.
+Not a defect (the closed form is what it is), so the library is unchanged and P13 runs the sequential form.
+The sequential form itself is not dispatch bound at this shape: a hand-written reverse-recurrence
+``autograd.Function`` (one ``addcmul`` per step forward and backward, contiguous ``[L, B, D, N]`` slices)
+measured no faster than autograd through the loop (0.7-1.0×, not kept): the time goes to full passes over
+the ``[B, D, L, N]`` tensors (``exp(Δ A)``, ``Δ B u``, the stacked states and their broadcast-reduction
+gradients), the work any eager form must do.
+
+    python shared-kernels/benchmarks/bench_selective_scan.py [--quick] [--train] [--threads 1] [--reps 5] [--json]
 """
 
 from __future__ import annotations
@@ -144,8 +158,37 @@ def _bench_shape(Bs, D, N, L, T, device, g, args, rows, use_triton) -> None:
         )
 
 
+def _bench_train(Bs, D, N, L, T, device, g, args, rows) -> None:
+    """Forward + backward (gradients w.r.t. every input) of the chunked form vs the sequential one."""
+    cuda = device == "cuda"
+    ins = _inputs(Bs, D, L, N, device, g)
+    leaves = [t.clone().requires_grad_() for t in ins]
+    w = torch.randn(Bs, D, L, generator=g).to(device)
+
+    def fwd_bwd(chunk: int | None) -> tuple[torch.Tensor, ...]:
+        y = selective_scan(*leaves, delta_softplus=True, chunk_size=chunk, backend="reference")
+        return torch.autograd.grad((y * w).sum(), leaves)
+
+    ref, got = fwd_bwd(None), fwd_bwd(T)
+    err = max((a - b).abs().max().item() for a, b in zip(ref, got))
+    reps = max(1, args.reps // 2)
+    t_ch, t_seq, r = paired_speedup(lambda: fwd_bwd(T), lambda: fwd_bwd(None), reps, cuda=cuda)
+    print(
+        f"{Bs:>3} {D:>5} {N:>3} {L:>5} {T:>3} | {t_seq * 1e3:8.2f} {t_ch * 1e3:10.2f} {r:6.2f} {err:8.1e} | fwd+bwd",
+        flush=True,
+    )
+    rows.add(f"B={Bs} D={D} N={N} L={L} chunk={T} ({device})", "chunked closed form fwd+bwd",
+             "sequential reference fwd+bwd", t_ch, t_seq, r,
+             "selective scan forward + backward (a training step's scan), chunked vs per-step recurrence",
+             max_err=err)  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> None:
-    args = parse_bench_args(bench_parser(__doc__), argv)
+    parser = bench_parser(__doc__)
+    parser.add_argument(
+        "--train", action="store_true", help="also time forward + backward at P13's training shapes"
+    )
+    args = parse_bench_args(parser, argv)
     rows = Rows("selective_scan", args)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     cuda = device == "cuda"
@@ -164,6 +207,11 @@ def main(argv: list[str] | None = None) -> None:
     print(head)
     for Bs, D, N, L, T in [(*s, 16) for s in shapes] + sweep:
         _bench_shape(Bs, D, N, L, T, device, g, args, rows, use_triton)
+    if args.train:  # P13's full run (B=128, d_inner 128, state 8, L=17); quick: a quarter of the batch
+        Bt = 32 if args.quick else 128
+        print("training shapes (forward + backward w.r.t. u, delta, A, B, C, D, z):")
+        for T in (17, 4):
+            _bench_train(Bt, 128, 8, 17, T, device, g, args, rows)
     rows.note(
         "Chunked selective scan, cause (torch.profiler, 1 thread, B=1 D=128 N=16 L=256, chunk 16): the sequential "
         "reference computes exp(dt*A) and dt*B*u for all steps in one vectorised call each and then does 2 "
@@ -175,7 +223,9 @@ def main(argv: list[str] | None = None) -> None:
         "x_t = e^{S_t} x_prev + e^{S_t} cumsum(e^{-S_s} dt B u) (the 'cumsum sketch' rows, benchmark-only, made "
         "overflow-safe with logcumsumexp over the positive/negative parts): it wins only where the loop is dispatch "
         "bound (tiny D*N); at Mamba widths the sequential form is at the work lower bound (one exp per step, "
-        "channel, state), so on CPU keep the sequential form (or a compiled loop)."
+        "channel, state), so on CPU keep the sequential form (or a compiled loop). Training (--train, fwd+bwd at P13's "
+        "shape B=128 D=128 N=8 L=17): the chunked form keeps a 150 MB decay tensor per chunk for the backward: "
+        "0.04-0.08x; a hand-written reverse-recurrence backward was no faster than autograd through the loop."
     )
 
 
