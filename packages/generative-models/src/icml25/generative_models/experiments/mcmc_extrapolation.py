@@ -260,7 +260,7 @@ def evaluate(setting: Setting, seed: int = 0, out_dir: str | Path | None = None)
     )
     return Report.from_checks(
         paper=PAPER, claim=CLAIM, checks=checks(setting), metrics=metrics, headline="f_qtheta",
-        baseline="baseline_f_mcmc_short", figures=figures, notes=headline,
+        baseline="baseline_f_mcmc_short", better="higher", figures=figures, notes=headline,
     )  # fmt: skip
 
 

@@ -16,14 +16,16 @@ confidence of a logistic-regression digit classifier on 500 samples.
 
 Full (Fashion-MNIST, 28x28, from local files) scaled to [-1, 1]: 59,000 training / 1,000 validation
 images, the 10,000 test images; patch 4 (49 tokens of 16 dims) and sigma = 0.1, the official code's
-28x28 MNIST recipe (``train_local.ipynb``). Baselines, trained or fitted on the same noisy data: an affine
-coupling flow (RealNVP/Glow style, :class:`~icml25.generative_models.coupling_flow.CouplingFlow`) with
-the parameter count of the TarFlow (within 5%) and the same training time, and the two Gaussians.
-Metrics: bits/dim of the noisy test images (fixed draw; 256 bins on [-1, 1], i.e. the density of noisy
-data, the reference's ``evaluate_bpd`` convention applied to the sigma-noisy images); the denoising step's
-share of the raw samples' HF-energy excess over clean test images that it removes; the mean max-probability
-of a small CNN trained on clean Fashion-MNIST inside the run, on 500 denoised, raw and full-Gaussian
-samples.
+28x28 MNIST recipe (``train_local.ipynb``). Gated on the plan's three criteria, against the two Gaussians
+fitted on the same noisy data: bits/dim of the noisy test images (fixed draw; 256 bins on [-1, 1], i.e. the
+density of noisy data, the reference's ``evaluate_bpd`` convention applied to the sigma-noisy images) at
+least 0.05 nats/dim below the full-covariance Gaussian's and below the diagonal one's; the denoising step
+removing at least half of the raw samples' HF-energy excess over clean test images; and the mean
+max-probability of a small CNN trained on clean Fashion-MNIST inside the run higher on 500 denoised TarFlow
+samples than on 500 full-Gaussian samples. Reported beside the gate, not part of it: an affine coupling flow
+(RealNVP/Glow style, :class:`~icml25.generative_models.coupling_flow.CouplingFlow`) with the TarFlow's
+parameter count (within 5%), trained for the TarFlow's measured training CPU time; the flow's exactness and
+the MSE ratio of denoised noisy test images; the CNN's confidence on raw and coupling-flow samples.
 
 Run: ``python -m icml25.generative_models.experiments.tarflow [--full] [--seed N] [--out DIR]``.
 """
@@ -84,7 +86,8 @@ class Setting:
     head_dim: int
     """Attention head dimension (paper 64; CPU: full 48, quick 16, so that each layer keeps 2 heads)."""
     steps: int
-    """TarFlow AdamW steps (paper: 100s of epochs; CPU: full 1,700 (1.8 epochs), quick 400)."""
+    """TarFlow AdamW steps (paper: 100s of epochs; CPU: full 1,700 (1.8 epochs), quick 400). The plan's own
+    setting is 8x8 digits for about 150 s; the full run is the larger Fashion-MNIST one."""
     batch: int
     """Batch size (paper 256; CPU 64, which reaches a lower validation NLL in the same wall time)."""
     lr: float
@@ -92,8 +95,8 @@ class Setting:
     eval_every: int
     """Validation period in steps, for early stopping on the validation split (ours)."""
     nll_margin: float = 0.0
-    """Digits: margin of the NLL check against the full-covariance Gaussian in nats/dim (quick 0, the
-    ordering alone: the 2 x 1 model at 400 steps is gated on the direction only)."""
+    """Margin of the NLL check against the full-covariance Gaussian in nats/dim (the plan's 0.05; quick 0,
+    the ordering alone: the 2 x 1 model at 400 steps is gated on the direction only)."""
     noise_std: float = 0.1
     """Noise augmentation sigma on [-1, 1] data (paper 0.05-0.15 by resolution; its 28x28 recipe 0.1)."""
     warmup: int | None = None
@@ -106,9 +109,12 @@ class Setting:
     """Test images scored (None: all)."""
     coupling_steps_per_level: int = 4
     """Coupling-flow baseline (full): flow steps per squeeze level, 2 levels (28 -> 14 -> 7)."""
-    coupling_steps: int = 0
-    """Coupling-flow training steps (full: the TarFlow's training time at this machine's per-step cost;
-    0: no coupling baseline)."""
+    coupling_steps: int | None = 0
+    """Coupling-flow training steps: None (full) fits the TarFlow's measured training CPU time (the coupling
+    flow's per-step CPU cost is probed in the same process first, see :func:`cpu_seconds_per_step`); 0 (quick)
+    trains no coupling flow; a positive number is used as given (tests)."""
+    coupling_probe_steps: int = 10
+    """Optimiser steps, on a throw-away copy, that time the coupling flow's per-step CPU cost."""
     coupling_lr: float = 1e-3
     """Coupling-flow peak learning rate (RealNVP/Glow's 1e-3)."""
     classifier_steps: int = 0
@@ -126,7 +132,9 @@ class Setting:
     min_hf_reduction: float = 0.5
     """Full: share of the raw samples' HF-energy excess over clean test images that denoising must remove."""
     threads: int = 1
-    """torch threads during the run (quick: one thread, faster for tiny networks and bit-identical; full 2)."""
+    """torch threads during the run: one. Measured on a loaded 2-core machine at the full shapes (batch 64):
+    a TarFlow step takes 0.25-0.27 CPU-s on one thread and 1.66 on two (the coupling flow 0.59-0.67 vs 3.6),
+    so two threads made the recorded full run about six times slower, not faster."""
 
 
 QUICK = Setting(
@@ -135,8 +143,8 @@ QUICK = Setting(
 )  # fmt: skip
 FULL = Setting(
     "full", "fashion_mnist", patch_size=4, num_blocks=4, layers_per_block=2, width=96, head_dim=48,
-    steps=1700, batch=64, lr=1e-3, eval_every=250, warmup=100, n_val=1000, coupling_steps=900,
-    classifier_steps=800, n_exact=1, threads=2,
+    steps=1700, batch=64, lr=1e-3, eval_every=250, warmup=100, n_val=1000, nll_margin=0.05,
+    coupling_steps=None, classifier_steps=800, n_exact=1,
 )  # fmt: skip
 
 
@@ -158,7 +166,7 @@ def _denoise_test_check() -> Check:
 
 def checks(setting: Setting) -> list[Check]:
     """The pass rule as named checks on :func:`run`'s metrics; the first compares with the headline's
-    baseline (digits: the full-covariance Gaussian; Fashion-MNIST: the coupling flow)."""
+    baseline, the full-covariance Gaussian. Fashion-MNIST: the plan's criteria only (module docstring)."""
     if setting.dataset == "digits":
         margin = setting.nll_margin
         if margin == 0:
@@ -180,29 +188,23 @@ def checks(setting: Setting) -> list[Check]:
             _exact_check(setting),
             _denoise_test_check(),
         ]
-    share = setting.min_hf_reduction
+    share, margin = setting.min_hf_reduction, setting.nll_margin
     return [
         Check(
-            "test bits/dim < affine coupling flow's (baseline; same parameter count and training steps' time)",
-            lambda m: m["test_bpd"] < m["baseline_coupling_flow_bpd"],
+            f"test bits/dim <= full-covariance Gaussian's (baseline) - {margin:g} nats/dim",
+            lambda m: m["test_bpd"] <= m["baseline_full_gaussian_bpd"] - margin / LOG2,
         ),
         Check(
-            "test bits/dim < full-covariance and diagonal Gaussians'",
-            lambda m: m["test_bpd"] < min(m["baseline_full_gaussian_bpd"], m["baseline_diag_gaussian_bpd"]),
+            "test bits/dim < diagonal Gaussian's",
+            lambda m: m["test_bpd"] < m["baseline_diag_gaussian_bpd"],
         ),
-        _exact_check(setting),
-        _denoise_test_check(),
         Check(
             f"denoising removes >= {share:.0%} of the raw samples' HF-energy excess over clean test images",
             lambda m: m["hf_excess_reduction"] >= share,
         ),
         Check(
-            "CNN confidence: denoised samples > raw samples > full-Gaussian samples",
-            lambda m: (
-                m["classifier_conf_denoised"]
-                > m["classifier_conf_raw"]
-                > m["baseline_classifier_conf_full_gaussian"]
-            ),
+            "CNN confidence: denoised TarFlow samples > full-Gaussian samples",
+            lambda m: m["classifier_conf_denoised"] > m["baseline_classifier_conf_full_gaussian"],
         ),
     ]
 
@@ -416,6 +418,20 @@ def matched_coupling_flow(target_params: int, img_size: int, steps_per_level: in
 # ---- the runs ----------------------------------------------------------------------------------------
 
 
+def cpu_seconds_per_step(
+    flow: nn.Module, x_train: torch.Tensor, *, steps: int, batch_size: int, noise_std: float, seed: int
+) -> float:
+    """CPU seconds (``time.process_time``, this process's threads) per :func:`train_flow` optimiser step of
+    ``flow`` on ``x_train`` ``(n, C, H, W)``, measured on a deep copy so ``flow`` itself is untouched: the
+    budget probe that gives a baseline the same training CPU time as the TarFlow."""
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+        raise ValueError(f"steps must be a positive int, got {steps!r}")
+    probe = copy.deepcopy(flow)
+    c0 = time.process_time()
+    train_flow(probe, x_train, steps=steps, batch_size=batch_size, noise_std=noise_std, warmup=1, seed=seed)
+    return (time.process_time() - c0) / steps
+
+
 def _measure_digits(s: Setting, seed: int, out_dir: str | Path | None) -> tuple[dict, list, str]:
     """Train TarFlow on noisy digits, compare its test NLL with the Gaussian baselines, sample and denoise."""
     from sklearn.linear_model import LogisticRegression
@@ -531,9 +547,20 @@ def _measure_fashion(s: Setting, seed: int, out_dir: str | Path | None) -> tuple
     fit = train_flow(model, x_fit_t, steps=s.steps, lr=s.lr, generator=gen, desc="P33 TarFlow", **common)
     cpu_flow = time.process_time() - c0
     coupling = matched_coupling_flow(n_params, 28, s.coupling_steps_per_level, seed + 1)
+    coupling_steps, coupling_step_cpu = s.coupling_steps, float("nan")
+    if coupling_steps is None:  # equal training CPU time: the per-step cost probed on a throw-away copy
+        coupling_step_cpu = cpu_seconds_per_step(
+            coupling,
+            x_fit_t,
+            steps=s.coupling_probe_steps,
+            batch_size=s.batch,
+            noise_std=s.noise_std,
+            seed=seed,
+        )
+        coupling_steps = max(1, round(cpu_flow / coupling_step_cpu))
     c0 = time.process_time()
     fit_c = train_flow(
-        coupling, x_fit_t, steps=s.coupling_steps, lr=s.coupling_lr, generator=torch.Generator().manual_seed(seed + 1),
+        coupling, x_fit_t, steps=coupling_steps, lr=s.coupling_lr, generator=torch.Generator().manual_seed(seed + 1),
         desc="P33 coupling flow", **common,
     )  # fmt: skip
     cpu_coupling = time.process_time() - c0
@@ -588,6 +615,7 @@ def _measure_fashion(s: Setting, seed: int, out_dir: str | Path | None) -> tuple
         "baseline_coupling_flow_train_cpu_seconds": cpu_coupling,
         "train_seconds": fit.seconds,
         "baseline_coupling_flow_train_seconds": fit_c.seconds,
+        "baseline_coupling_flow_steps": float(coupling_steps),
         "exact_inverse_max_err": inv_err,
         "exact_logdet_max_err": ld_err,
         "test_denoise_mse_ratio": mse_ratio,
@@ -603,6 +631,13 @@ def _measure_fashion(s: Setting, seed: int, out_dir: str | Path | None) -> tuple
         "baseline_classifier_conf_coupling_flow": mean_confidence(cnn, coupling_np),
         "total_seconds": time.perf_counter() - t0,
     }
+    if s.coupling_steps is None:
+        metrics["baseline_coupling_flow_probed_cpu_seconds_per_step"] = coupling_step_cpu
+    budget_text = (
+        f"as many as fit the TarFlow's training CPU time at the probed {coupling_step_cpu:.3f} CPU-s per step"
+        if s.coupling_steps is None
+        else "a fixed step count"
+    )
     notes = (
         f"{s.name} setting: Fashion-MNIST 28x28 in [-1, 1] ({len(x_fit)} training / {n_val} validation / "
         f"{len(x_te)} test images), sigma={s.noise_std} Gaussian noise augmentation (fresh per batch). TarFlow "
@@ -610,9 +645,11 @@ def _measure_fashion(s: Setting, seed: int, out_dir: str | Path | None) -> tuple
         f"({(28 // s.patch_size) ** 2} tokens x {s.patch_size**2} dims), {n_params} parameters, {s.steps} "
         f"AdamW steps (lr {s.lr:g}, batch {s.batch}, warm-up {s.warmup} + cosine). Coupling flow: 2 levels x "
         f"{s.coupling_steps_per_level} steps (ActNorm, 1x1 conv, affine coupling), hidden {coupling.hidden}, "
-        f"{metrics['baseline_coupling_flow_num_params']:.0f} parameters, {s.coupling_steps} steps (lr "
-        f"{s.coupling_lr:g}), chosen to take the TarFlow's training time (CPU seconds here: "
-        f"{cpu_flow:.0f} vs {cpu_coupling:.0f}). Both early-stopped on the validation split. Bits/dim are of "
+        f"{metrics['baseline_coupling_flow_num_params']:.0f} parameters, {coupling_steps} steps (lr "
+        f"{s.coupling_lr:g}), {budget_text} "
+        f"(CPU seconds here: TarFlow {cpu_flow:.0f}, coupling flow "
+        f"{cpu_coupling:.0f}), reported beside the plan's gate, not part of it. Both early-stopped on the "
+        f"validation split; {s.threads} torch thread. Bits/dim are of "
         "the noisy test images (one fixed noise draw; 256 bins on [-1, 1]): the density of sigma-noisy data, "
         "the quantity both flows are trained on, not the bits/dim of dequantized 8-bit images. "
         f"Sample scorer: a small CNN trained on clean images ({s.classifier_steps} Adam steps, test accuracy "
@@ -627,8 +664,10 @@ def run(quick: bool = True, seed: int = 0, out_dir: str | Path | None = None) ->
     ``quick=True`` (digits, 2 blocks x 1 layer, width 32, 400 steps) gates on test NLL < the
     full-covariance Gaussian (the headline's baseline, margin 0) and < the diagonal Gaussian, the flow's
     exactness on test images, and the Tweedie step lowering the MSE of noisy test images. ``quick=False``
-    (Fashion-MNIST, 4 x 2, width 96, patch 4) gates on the bits/dim against the coupling flow and the
-    Gaussians, exactness, denoising of test images and of samples, and the classifier-confidence ordering.
+    (Fashion-MNIST, 4 x 2, width 96, patch 4) gates on the plan's criteria: bits/dim against the Gaussians
+    (0.05 nats/dim below the full-covariance one), the denoising step's HF-excess reduction and the CNN's
+    confidence on denoised samples above full-Gaussian ones; the coupling flow at equal training CPU time,
+    exactness and the test-image denoising are reported beside them.
     """
     seed_everything(seed)
     setting = QUICK if quick else FULL
@@ -638,7 +677,7 @@ def run(quick: bool = True, seed: int = 0, out_dir: str | Path | None = None) ->
     headline, baseline = (
         ("test_nll_nats_per_dim", "baseline_full_gaussian_nll")
         if setting.dataset == "digits"
-        else ("test_bpd", "baseline_coupling_flow_bpd")
+        else ("test_bpd", "baseline_full_gaussian_bpd")
     )
     return Report.from_checks(
         paper=PAPER,
@@ -647,6 +686,7 @@ def run(quick: bool = True, seed: int = 0, out_dir: str | Path | None = None) ->
         metrics=metrics,
         headline=headline,
         baseline=baseline,
+        better="lower",  # test NLL / bits per dim
         figures=figures,
         seeds=[seed],
         notes=notes,

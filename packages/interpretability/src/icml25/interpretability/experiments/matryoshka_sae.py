@@ -240,6 +240,7 @@ def run(quick: bool = True, seed: int = 0, out_dir: str | Path | None = None) ->
         metrics=metrics,
         headline="msae_uw_auc",
         baseline="baseline_best_topk_auc",
+        better="lower",  # area under FVU vs log2 k
         figures=figures,
         notes=(
             f"{'quick' if quick else 'full'}: synthetic sparse-dictionary embeddings (d={setting.d_in}, 512 "
