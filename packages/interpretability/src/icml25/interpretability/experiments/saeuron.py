@@ -381,7 +381,9 @@ def digits_unet(seed: int = 0) -> torch.nn.Module:
     try:
         from diffusers import UNet2DModel
     except ImportError as err:  # pragma: no cover - exercised only without diffusers
-        raise ImportError("P19's full run needs diffusers: pip install 'diffusers>=0.32'") from err
+        raise ImportError(
+            "P19's full run needs diffusers: pip install 'icml25-interpretability[diffusers]'"
+        ) from err
     with isolated_rng(seed):
         return UNet2DModel(
             sample_size=16, in_channels=1, out_channels=1, layers_per_block=1, block_out_channels=(32, 64),
