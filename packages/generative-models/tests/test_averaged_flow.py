@@ -301,7 +301,7 @@ def test_bad_inputs_are_rejected_with_named_arguments():
         avgflow_target(x, x[:, :4], 0.5)
     bad = x.clone()
     bad[0, 1, 2] = float("nan")
-    with pytest.raises(ValueError, match=r"x1 must be finite; got 1 NaN"):
+    with pytest.raises(ValueError, match=r"x1 must be finite \(no NaN or inf\), got 1 NaN"):
         avgflow_target(x, bad, 0.5)
     with pytest.raises(ValueError, match="mask must keep at least one atom"):
         avgflow_target(x, x, 0.5, torch.tensor([[True] * 5, [False] * 5]))

@@ -2163,3 +2163,54 @@ def test_copula_classifier_predict_before_fit_is_sklearns_not_fitted_error() -> 
 
     with pytest.raises(NotFittedError, match="This CopulaFusionClassifier instance is not fitted yet"):
         gm.CopulaFusionClassifier().predict(_CM_X)
+
+
+# ---- issue 81, round 2: the silent results and confusing crashes of flex3d, geo2seq and the SO(3) helpers
+
+
+@pytest.mark.parametrize("delta", [-0.1, 0.0, float("nan"), float("inf")])
+def test_volume_render_rejects_a_non_positive_or_non_finite_spacing(delta: float) -> None:
+    density, rgb = torch.rand(3, 5), torch.rand(3, 5, 3)
+    with pytest.raises(ValueError, match=r"delta must be a finite float in \(0, inf\)"):
+        gm.volume_render(density, rgb, delta)
+
+
+def test_volume_render_checks_a_tensor_spacing() -> None:
+    density, rgb = torch.rand(3, 5), torch.rand(3, 5, 3)
+    with pytest.raises(
+        ValueError, match=r"delta must broadcast to density's shape \(3, 5\), got shape \(4,\)"
+    ):
+        gm.volume_render(density, rgb, torch.full((4,), 0.1))
+    with pytest.raises(ValueError, match="delta must be non-negative"):
+        gm.volume_render(density, rgb, torch.tensor([0.1, 0.1, -0.1, 0.1, 0.1]))
+    with pytest.raises(ValueError, match="delta must be finite"):
+        gm.volume_render(density, rgb, torch.tensor(float("nan")))
+    # A per-sample spacing that broadcasts is the documented form: the same as the float.
+    colour, opacity = gm.volume_render(density, rgb, torch.full((5,), 0.1))
+    ref_colour, ref_opacity = gm.volume_render(density, rgb, 0.1)
+    assert torch.allclose(colour, ref_colour) and torch.allclose(opacity, ref_opacity)
+
+
+@pytest.mark.parametrize("tol", [float("nan"), -5.0, 90.0, float("inf")])
+def test_to_spherical_rejects_a_collinearity_tolerance_outside_0_90(tol: float) -> None:
+    pos = np.array([[0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
+    with pytest.raises(ValueError, match=r"collinear_tol_deg must be a finite float in \[0, 90\)"):
+        gm.to_spherical(pos, collinear_tol_deg=tol)
+    with pytest.raises(ValueError, match=r"collinear_tol_deg must be a finite float in \[0, 90\)"):
+        gm.molecule_frame(pos, collinear_tol_deg=tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.bool, "float32"])
+def test_haar_rotations_refuses_a_non_floating_dtype(dtype: object) -> None:
+    with pytest.raises(TypeError, match=r"dtype must be a floating-point torch\.dtype"):
+        gm.haar_rotations(2, dtype=dtype)
+
+
+def test_kabsch_rotation_checks_its_mask() -> None:
+    A = torch.randn(2, 5, 3, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match=r"mask must have shape \(2, 5\)"):
+        gm.kabsch_rotation(A, A, torch.ones(2, 4, dtype=torch.bool))
+    with pytest.raises(TypeError, match="mask must be a bool tensor"):
+        gm.kabsch_rotation(A, A, torch.ones(2, 5))
+    R = gm.kabsch_rotation(A, A, torch.ones(2, 5, dtype=torch.bool))
+    assert torch.allclose(R, torch.eye(3).expand(2, 3, 3), atol=1e-5)

@@ -38,6 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from icml25.kernels.checks import check_float, check_tensor
 from icml25.kernels.rng import isolated_rng, make_generator
 
 __all__ = [
@@ -59,22 +60,6 @@ CORRUPTIONS = ("blur", "shift", "colour", "swap")
 
 
 # ------------------------------------------------------------------------------------------ validation
-def _tensor(name: str, x: object, ndim: int | None = None, *, floating: bool = True) -> Tensor:
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if floating and not x.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
-    if ndim is not None and x.dim() != ndim:
-        raise ValueError(f"{name} must have {ndim} dimensions, got shape {tuple(x.shape)}")
-    if floating and x.numel() and not torch.isfinite(x).all():
-        n_nan = int(torch.isnan(x).sum())
-        n_inf = int(torch.isinf(x).sum())
-        raise ValueError(
-            f"{name} must be finite; got {n_nan} NaN and {n_inf} Inf values in a tensor of shape {tuple(x.shape)}"
-        )
-    return x
-
-
 def _check_range(name: str, x: Tensor, bound: float = 1e6) -> None:
     if x.numel() and x.abs().max() > bound:
         raise ValueError(f"{name} must be pixel values of magnitude <= {bound:g}, got a maximum |value| "
@@ -83,7 +68,7 @@ def _check_range(name: str, x: Tensor, bound: float = 1e6) -> None:
 
 def _check_cameras(name: str, cams: object, batch_dims: int | None = None, atol: float = 1e-3) -> Tensor:
     """Validate camera-to-world matrices ``(..., 4, 4)``: finite, rigid rotation, last row ``[0, 0, 0, 1]``."""
-    cams = _tensor(name, cams)
+    cams = check_tensor(cams, name)
     if cams.dim() < 2 or cams.shape[-2:] != (4, 4):
         raise ValueError(
             f"{name} must be camera-to-world matrices of shape (..., 4, 4), got {tuple(cams.shape)}"
@@ -132,7 +117,7 @@ def _check_views(
     images: object, cams: object, view_mask: object | None = None
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Validate ``images (B, N, 3, S, S)``, ``cams (B, N, 4, 4)`` and ``view_mask (B, N)`` (bool)."""
-    images = _tensor("images", images, 5)
+    images = check_tensor(images, "images", ndim=5)
     if images.shape[2] != 3:
         raise ValueError(
             f"images must have 3 colour channels, shape (B, N, 3, S, S); got {tuple(images.shape)}"
@@ -179,10 +164,10 @@ def look_at_cameras(
 ) -> Tensor:
     """Camera-to-world matrices ``(M, 4, 4)`` (OpenCV convention) of cameras at ``eye (M, 3)`` looking at
     ``target (M, 3)`` (default: the origin), with world ``up`` appearing upwards in the image."""
-    eye = _tensor("eye", eye, 2)
+    eye = check_tensor(eye, "eye", ndim=2)
     if eye.shape[1] != 3:
         raise ValueError(f"eye must have shape (M, 3), got {tuple(eye.shape)}")
-    target = torch.zeros_like(eye) if target is None else _tensor("target", target, 2)
+    target = torch.zeros_like(eye) if target is None else check_tensor(target, "target", ndim=2)
     if target.shape != eye.shape:
         raise ValueError(f"target must have the shape of eye {tuple(eye.shape)}, got {tuple(target.shape)}")
     up_t = torch.as_tensor(up, dtype=eye.dtype, device=eye.device).expand_as(eye)
@@ -204,8 +189,8 @@ def look_at_cameras(
 def orbit_cameras(azimuth_deg: Tensor, elevation_deg: Tensor, radius: float = 2.5) -> Tensor:
     """Cameras ``(M, 4, 4)`` on a sphere of ``radius`` around the origin, looking at it (z up), at
     ``azimuth_deg (M,)`` and ``elevation_deg (M,)`` (within (-89, 89) degrees)."""
-    az = _tensor("azimuth_deg", azimuth_deg, 1)
-    el = _tensor("elevation_deg", elevation_deg, 1)
+    az = check_tensor(azimuth_deg, "azimuth_deg", ndim=1)
+    el = check_tensor(elevation_deg, "elevation_deg", ndim=1)
     if az.shape != el.shape:
         raise ValueError(
             f"elevation_deg must have the shape of azimuth_deg {tuple(az.shape)}, got {tuple(el.shape)}"
@@ -246,17 +231,33 @@ def _plucker(c2w: Tensor, size: int, fov_deg: float) -> Tensor:
 def volume_render(density: Tensor, rgb: Tensor, delta: float | Tensor) -> tuple[Tensor, Tensor]:
     """Emission-absorption compositing along rays, black background.
 
-    ``density (..., S)`` (>= 0) and ``rgb (..., S, 3)`` at ``S`` samples spaced ``delta`` apart (a float or a
-    tensor broadcastable to ``(..., S)``). Returns ``(colour (..., 3), opacity (...))``:
+    ``density (..., S)`` (>= 0) and ``rgb (..., S, 3)`` at ``S`` samples spaced ``delta`` apart (a finite
+    float > 0 or a finite non-negative tensor broadcastable to ``(..., S)``). Returns
+    ``(colour (..., 3), opacity (...))``:
     ``w_i = T_i (1 - exp(-σ_i δ_i))`` with ``T_i = exp(-Σ_{j<i} σ_j δ_j)``.
     """
-    density = _tensor("density", density)
-    rgb = _tensor("rgb", rgb)
+    density = check_tensor(density, "density")
+    rgb = check_tensor(rgb, "rgb")
     if density.dim() < 1 or rgb.shape != (*density.shape, 3):
         raise ValueError(f"rgb must have shape density.shape + (3,) = {(*density.shape, 3)}, "
                          f"got {tuple(rgb.shape)}")  # fmt: skip
     if (density < 0).any():
         raise ValueError(f"density must be non-negative, got a minimum {float(density.min()):.3g}")
+    if isinstance(delta, Tensor):
+        delta = check_tensor(delta, "delta")
+        try:
+            fits = torch.broadcast_shapes(delta.shape, density.shape) == density.shape
+        except RuntimeError:
+            fits = False
+        if not fits:
+            raise ValueError(f"delta must broadcast to density's shape {tuple(density.shape)}, "
+                             f"got shape {tuple(delta.shape)}")  # fmt: skip
+        if delta.numel() and not bool((delta >= 0).all()):
+            raise ValueError(
+                f"delta must be non-negative (sample spacings), got a minimum {float(delta.min()):.3g}"
+            )
+    else:
+        delta = check_float(delta, "delta", low=0, low_open=True)
     tau = density * delta
     alpha = 1.0 - torch.exp(-tau)
     trans = torch.exp(-torch.cumsum(torch.cat([torch.zeros_like(tau[..., :1]), tau[..., :-1]], -1), -1))
@@ -292,11 +293,11 @@ class EllipsoidScenes:
     sharpness: float = 12.0
 
     def __post_init__(self) -> None:
-        c = _tensor("centres", self.centres, 3)
+        c = check_tensor(self.centres, "centres", ndim=3)
         if c.shape[-1] != 3 or c.shape[0] == 0 or c.shape[1] == 0:
             raise ValueError(f"centres must have shape (B, K, 3) with B, K >= 1, got {tuple(c.shape)}")
         for name in ("radii", "colours"):
-            t = _tensor(name, getattr(self, name), 3)
+            t = check_tensor(getattr(self, name), name, ndim=3)
             if t.shape != c.shape:
                 raise ValueError(
                     f"{name} must have the shape of centres {tuple(c.shape)}, got {tuple(t.shape)}"
@@ -519,7 +520,7 @@ class FlexibleViewReconstructor(nn.Module):
 
     def render(self, triplane: Tensor, cams: Tensor, size: int | None = None, n_samples: int = 16) -> Tensor:
         """Images ``(B, M, 3, size, size)`` of the tri-plane fields ``(B, 3, C, R, R)`` from ``cams (B, M, 4, 4)``."""
-        triplane = _tensor("triplane", triplane, 5)
+        triplane = check_tensor(triplane, "triplane", ndim=5)
         want = (3, self.plane_channels, self.plane_res, self.plane_res)
         if tuple(triplane.shape[1:]) != want or triplane.shape[0] == 0:
             raise ValueError(f"triplane must have shape (B, {', '.join(map(str, want))}) with B >= 1 (forward's "
@@ -647,7 +648,7 @@ def simulate_imperfect_views(images: Tensor, p: float, kinds: Sequence[str] = CO
     same view index of the next object in the batch: an inconsistent object; needs B >= 2). Returns
     ``(corrupted images, corrupted (B, N) bool)``; the input is not modified.
     """
-    images = _tensor("images", images, 5)
+    images = check_tensor(images, "images", ndim=5)
     if images.shape[2] != 3 or images.shape[-1] != images.shape[-2] or images.numel() == 0:
         raise ValueError(f"images must have shape (B, N, 3, S, S) with S >= 1, got {tuple(images.shape)}")
     _check_range("images", images)

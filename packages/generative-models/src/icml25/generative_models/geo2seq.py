@@ -43,6 +43,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from icml25.kernels.checks import check_choice, check_float
+
 __all__ = [
     "Geo2SeqConfig",
     "Geo2SeqDecodeError",
@@ -146,9 +148,9 @@ class Geo2SeqConfig:
     allow_overlap: bool = False
 
     def __post_init__(self) -> None:
-        _choice("order", self.order, ("canonical", "bfs", "dfs", "input"))
-        _choice("canonicalizer", self.canonicalizer, ("auto", "rdkit", "graph"))
-        _choice("coords", self.coords, ("spherical", "cartesian", "invariant_cartesian"))
+        check_choice(self.order, "order", ("canonical", "bfs", "dfs", "input"))
+        check_choice(self.canonicalizer, "canonicalizer", ("auto", "rdkit", "graph"))
+        check_choice(self.coords, "coords", ("spherical", "cartesian", "invariant_cartesian"))
         for name in ("dist_decimals", "angle_decimals"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 8:
@@ -159,9 +161,7 @@ class Geo2SeqConfig:
             raise ValueError(
                 f"angle_suffix must be a string without spaces or digits, got {self.angle_suffix!r}"
             )
-        tol = self.collinear_tol_deg
-        if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not 0.0 <= tol < 90.0:
-            raise ValueError(f"collinear_tol_deg must be a number in [0, 90), got {tol!r}")
+        check_float(self.collinear_tol_deg, "collinear_tol_deg", low=0, high=90, high_open=True)
 
 
 @dataclass
@@ -181,11 +181,6 @@ class Geo2SeqEncoding:
 
 
 # ------------------------------------------------------------------------------------------ validation
-def _choice(name: str, value: object, options: Sequence[str]) -> None:
-    if value not in options:
-        raise ValueError(f"{name} must be one of {list(options)}, got {value!r}")
-
-
 def _positions(pos: object, name: str = "pos", n: int | None = None) -> np.ndarray:
     """``pos`` as a finite float64 ``(N, 3)`` array (N >= 1), or a clear error naming ``name``."""
     if hasattr(pos, "detach"):  # a torch tensor
@@ -254,6 +249,7 @@ def molecule_frame(
     code, ``e_y = e_x × (p_k − p_0)`` normalised, so atom ``k`` lies in the x–z plane (φ = 0, z < 0).
     """
     pos = _positions(pos)
+    collinear_tol_deg = check_float(collinear_tol_deg, "collinear_tol_deg", low=0, high=90, high_open=True)
     _check_overlap(pos, allow_overlap)
     c = pos - pos[0]
     norms = np.linalg.norm(c, axis=1)

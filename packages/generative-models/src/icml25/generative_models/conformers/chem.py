@@ -17,7 +17,8 @@ import numpy as np
 import torch
 
 from icml25.generative_models.conformers.egnn import MolGraph
-from icml25.generative_models.conformers.so3 import _check_finite, kabsch_rotation
+from icml25.generative_models.conformers.so3 import kabsch_rotation
+from icml25.kernels.checks import check_tensor
 
 __all__ = [
     "ATOM_TYPES",
@@ -125,7 +126,7 @@ def with_conformers(mol: Any, coords: np.ndarray | torch.Tensor, *, add_hs: bool
     n = mol.GetNumAtoms()
     if x.dim() != 3 or tuple(x.shape[1:]) != (n, 3):
         raise ValueError(f"coords must have shape (K, {n}, 3) for this molecule, got {tuple(x.shape)}")
-    _check_finite(x, "coords")
+    check_tensor(x, "coords")
     out = Chem.Mol(mol)
     out.RemoveAllConformers()
     for k in range(x.shape[0]):
@@ -176,7 +177,7 @@ def _stack(x: object, name: str) -> torch.Tensor:
         raise TypeError(f"{name} must hold float coordinates, got dtype {t.dtype}")
     if t.dim() != 3 or t.shape[-1] != 3 or t.shape[0] == 0 or t.shape[1] == 0:
         raise ValueError(f"{name} must have shape (K >= 1, N >= 1, 3), got {tuple(t.shape)}")
-    _check_finite(t, name)
+    check_tensor(t, name)
     return t.double()
 
 

@@ -27,11 +27,11 @@ from torch import nn
 from icml25.generative_models.conformers.egnn import MolGraph
 from icml25.generative_models.conformers.so3 import (
     _as_float_tensor,
-    _check_finite,
     haar_rotations,
     kabsch_rotation,
     matrix_fisher_mean,
 )
+from icml25.kernels.checks import check_tensor
 from icml25.kernels.rng import make_generator
 
 __all__ = [
@@ -69,7 +69,7 @@ def _coords(x: object, name: str) -> torch.Tensor:
         raise ValueError(f"{name} must have shape (B, N, 3), got {tuple(x.shape)}")
     if x.shape[1] == 0:
         raise ValueError(f"{name} must have at least one atom (N >= 1), got shape {tuple(x.shape)}")
-    _check_finite(x, name)
+    check_tensor(x, name)
     if x.numel() and float(x.abs().amax()) > 1e6:
         raise ValueError(
             f"{name} must be coordinates below 1e6 in magnitude, got max |{name}| = {float(x.abs().amax()):.3g}"
@@ -109,7 +109,7 @@ def _times(t: object, batch: int, dtype: torch.dtype) -> torch.Tensor:
         t = t.expand(batch)
     if tuple(t.shape) != (batch,):
         raise ValueError(f"t must have shape ({batch},), got {tuple(t.shape)}")
-    _check_finite(t, "t")
+    check_tensor(t, "t")
     return t.to(dtype)
 
 

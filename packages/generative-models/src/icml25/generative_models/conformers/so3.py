@@ -23,6 +23,8 @@ import itertools
 import numpy as np
 import torch
 
+from icml25.kernels.checks import check_tensor
+
 __all__ = [
     "check_rotation",
     "haar_rotations",
@@ -38,19 +40,7 @@ def _as_float_tensor(x: object, name: str) -> torch.Tensor:
         x = torch.from_numpy(x)
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor or numpy array, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
-    return x
-
-
-def _check_finite(x: torch.Tensor, name: str) -> None:
-    bad = ~torch.isfinite(x)
-    if bool(bad.any()):
-        n_nan = int(torch.isnan(x).sum())
-        raise ValueError(
-            f"{name} must be finite; got {n_nan} NaN and {int(bad.sum()) - n_nan} Inf values in a tensor of "
-            f"shape {tuple(x.shape)}"
-        )
+    return check_tensor(x, name, finite=False)  # finiteness is checked after the shape
 
 
 def quaternion_to_matrix(q: torch.Tensor) -> torch.Tensor:
@@ -58,7 +48,7 @@ def quaternion_to_matrix(q: torch.Tensor) -> torch.Tensor:
     q = _as_float_tensor(q, "q")
     if q.dim() < 1 or q.shape[-1] != 4:
         raise ValueError(f"q must have shape (..., 4), got {tuple(q.shape)}")
-    _check_finite(q, "q")
+    check_tensor(q, "q")
     norm = q.double().norm(dim=-1, keepdim=True)
     if q.numel() and float(norm.min()) == 0.0:
         raise ValueError("q must have non-zero quaternions, got a zero-norm row")
@@ -78,6 +68,8 @@ def haar_rotations(
     """``n`` Haar-uniform rotations ``(n, 3, 3)`` (normalised Gaussian quaternions), drawn from ``generator``."""
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
         raise ValueError(f"n must be a non-negative int, got {n!r}")
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating-point torch.dtype (rotations are real), got {dtype!r}")
     q = torch.randn(int(n), 4, generator=generator, dtype=torch.float64)
     return quaternion_to_matrix(q).to(dtype)
 
@@ -87,7 +79,7 @@ def check_rotation(R: torch.Tensor, name: str = "R", atol: float = 1e-3) -> torc
     R = _as_float_tensor(R, name)
     if R.dim() < 2 or tuple(R.shape[-2:]) != (3, 3):
         raise ValueError(f"{name} must have shape (..., 3, 3), got {tuple(R.shape)}")
-    _check_finite(R, name)
+    check_tensor(R, name)
     Rd = R.double()
     eye = torch.eye(3, dtype=torch.float64)
     if R.numel() and not float((Rd.transpose(-1, -2) @ Rd - eye).abs().amax()) <= atol:
@@ -108,7 +100,7 @@ def proper_svd(F: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tenso
     F = _as_float_tensor(F, "F")
     if F.dim() < 2 or tuple(F.shape[-2:]) != (3, 3):
         raise ValueError(f"F must have shape (..., 3, 3), got {tuple(F.shape)}")
-    _check_finite(F, "F")
+    check_tensor(F, "F")
     U, s, Vh = torch.linalg.svd(F)
     V = Vh.transpose(-1, -2)
     du = torch.linalg.det(U)
@@ -127,7 +119,8 @@ def proper_svd(F: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tenso
 def kabsch_rotation(A: torch.Tensor, B: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """The proper rotation ``R`` minimising ``‖A − B Rᵀ‖_F`` (rotating ``B`` onto ``A``; both centred here).
 
-    Shapes: ``A, B (..., N, 3)``, optional ``mask (..., N)`` (``True`` = real atom) → ``R (..., 3, 3)``.
+    Shapes: ``A, B (..., N, 3)``, optional boolean ``mask (..., N)`` (``True`` = real atom) →
+    ``R (..., 3, 3)``.
     ``R = argmax_R ⟨AᵀB, R⟩`` is the mode of the matrix-Fisher distribution with ``F = AᵀB``; degenerate
     (collinear or N < 3) inputs give one of the optimal rotations, finite.
     """
@@ -139,8 +132,10 @@ def kabsch_rotation(A: torch.Tensor, B: torch.Tensor, mask: torch.Tensor | None 
         )
     if A.shape[-2] == 0:
         raise ValueError(f"A and B must have at least one atom, got shape {tuple(A.shape)}")
-    _check_finite(A, "A")
-    _check_finite(B, "B")
+    check_tensor(A, "A")
+    check_tensor(B, "B")
+    if mask is not None:
+        mask = check_tensor(mask, "mask", shape=tuple(A.shape[:-1]), dtype="bool")
     dtype = A.dtype
     A, B = A.double(), B.double()
     m = torch.ones(A.shape[:-1], dtype=A.dtype) if mask is None else mask.to(A.dtype)
@@ -216,7 +211,7 @@ def matrix_fisher_mean(
     F = _as_float_tensor(F, "F")
     if F.dim() < 2 or tuple(F.shape[-2:]) != (3, 3):
         raise ValueError(f"F must have shape (..., 3, 3), got {tuple(F.shape)}")
-    _check_finite(F, "F")
+    check_tensor(F, "F")
     if method not in ("quadrature", "grid"):
         raise ValueError(f"method must be 'quadrature' or 'grid', got {method!r}")
     if F.numel() == 0:
