@@ -2214,3 +2214,19 @@ def test_kabsch_rotation_checks_its_mask() -> None:
         gm.kabsch_rotation(A, A, torch.ones(2, 5))
     R = gm.kabsch_rotation(A, A, torch.ones(2, 5, dtype=torch.bool))
     assert torch.allclose(R, torch.eye(3).expand(2, 3, 3), atol=1e-5)
+
+
+@pytest.mark.parametrize("bad", [0.5, -1.0, 2.0, float("nan")])
+def test_imts_masked_mse_refuses_a_mask_that_is_not_0_or_1(bad: float) -> None:
+    """Issue 81 items 4-5: a 0.5 mask weighted the error and a -1 mask gave -0.0; both are refused now."""
+    pred, target = torch.ones(2, 4, 3), torch.zeros(2, 4, 3)
+    mask = torch.ones(2, 4, 3)
+    mask[0, 0, 0] = bad
+    with pytest.raises(ValueError, match="mask must be boolean or hold only 0 and 1"):
+        gm.imts_masked_mse(pred, target, mask)
+    # 0/1 floats, ints and bools give the same value
+    ok = torch.ones(2, 4, 3)
+    ok[0, 0, 0] = 0.0
+    ref = gm.imts_masked_mse(pred, target, ok)
+    assert torch.equal(gm.imts_masked_mse(pred, target, ok.bool()), ref)
+    assert torch.equal(gm.imts_masked_mse(pred, target, ok.long()), ref)

@@ -660,6 +660,9 @@ class _nullcontext:
 def imts_masked_mse(pred: Tensor, target: Tensor, mask: Tensor) -> Tensor:
     """MSE over entries with ``mask`` 1, averaged per channel (last axis) then over channels with data.
 
+    ``mask`` is boolean or holds only 0 and 1 (a fractional or negative weight raises: it would silently
+    weight the error).
+
     NaN/Inf in ``target`` or ``pred`` where ``mask`` is 0 never propagate. Returns 0 when nothing is masked in.
     """
     if not all(isinstance(x, Tensor) for x in (pred, target, mask)):
@@ -670,6 +673,12 @@ def imts_masked_mse(pred: Tensor, target: Tensor, mask: Tensor) -> Tensor:
     if pred.shape != target.shape or mask.shape != pred.shape:
         raise ValueError(
             f"pred, target and mask must share a shape, got {tuple(pred.shape)}, {tuple(target.shape)}, {tuple(mask.shape)}"
+        )
+    if mask.dtype != torch.bool and mask.numel() and not bool(((mask == 0) | (mask == 1)).all()):
+        bad = mask[(mask != 0) & (mask != 1)]
+        raise ValueError(
+            "mask must be boolean or hold only 0 and 1 (1 = observed), got other values such as "
+            f"{float(bad.flatten()[0])!r}"
         )
     m = mask.to(pred.dtype)
     for name, x in (("pred", pred), ("target", target)):
