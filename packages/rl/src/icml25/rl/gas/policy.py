@@ -100,6 +100,15 @@ def unit_direction(
     return diff / (np.linalg.norm(diff, axis=-1, keepdims=True) + eps)
 
 
+def _action_space(n_actions: int | None, action_dim: int | None) -> tuple[bool, int]:
+    """``(discrete, size)``: the number of discrete actions or the continuous action dimension, exactly one given."""
+    if (n_actions is None) == (action_dim is None):
+        raise ValueError(
+            f"give exactly one of n_actions (discrete) or action_dim (continuous), got {n_actions}, {action_dim}"
+        )
+    return n_actions is not None, int(n_actions if n_actions is not None else action_dim)  # type: ignore[arg-type]
+
+
 class DirectionalPolicy(nn.Module):
     """π(a | s, z): MLP on ``[obs, z]``.
 
@@ -120,13 +129,8 @@ class DirectionalPolicy(nn.Module):
         fourier_features: int = 0,
     ) -> None:
         super().__init__()
-        if (n_actions is None) == (action_dim is None):
-            raise ValueError(
-                f"give exactly one of n_actions (discrete) or action_dim (continuous), got {n_actions}, {action_dim}"
-            )
+        self.discrete, out = _action_space(n_actions, action_dim)
         self.obs_dim, self.tdr_dim = int(obs_dim), int(tdr_dim)
-        self.discrete = n_actions is not None
-        out = int(n_actions if n_actions is not None else action_dim)  # type: ignore[arg-type]
         self.n_actions = out if self.discrete else None
         self.action_dim = None if self.discrete else out
         self.hidden_dims = tuple(int(w) for w in hidden_dims)
@@ -175,16 +179,12 @@ class DirectionalCritic(nn.Module):
         fourier_features: int = 0,
     ) -> None:
         super().__init__()
-        if (n_actions is None) == (action_dim is None):
-            raise ValueError(
-                f"give exactly one of n_actions (discrete) or action_dim (continuous), got {n_actions}, {action_dim}"
-            )
-        self.discrete = n_actions is not None
+        self.discrete, n_out = _action_space(n_actions, action_dim)
         self.features = FourierFeatures(fourier_features)
         in_dim = self.features.out_dim(int(obs_dim)) + int(tdr_dim)
         self.value = mlp(in_dim, hidden_dims, 1, layer_norm=True)
-        q_in = in_dim if self.discrete else in_dim + int(action_dim)  # type: ignore[arg-type]
-        q_out = int(n_actions) if self.discrete else 1  # type: ignore[arg-type]
+        q_in = in_dim if self.discrete else in_dim + n_out
+        q_out = n_out if self.discrete else 1
         self.critic = EnsembleMLP(2, q_in, hidden_dims, q_out, layer_norm=True)
 
     def v(self, obs: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
