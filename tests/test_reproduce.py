@@ -202,6 +202,41 @@ def test_record_writes_a_ledger_entry_with_provenance(tmp_path: Path) -> None:
     assert set(catalog.LEDGER_FIELDS) <= set(entry)
 
 
+def test_rejudge_rereads_a_recorded_outcome_from_the_catalog_without_running(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    results = tmp_path / "results"
+    argv = ["--full", "--record", "--results", str(results), "--out", str(tmp_path)]
+    assert _main(argv, {"P93": _checked(False)}) == 1  # recorded as FAIL: the catalog expected a pass
+    before = json.loads((results / "P93.json").read_text())
+    assert before["outcome"] == "FAIL" and "miss_reason" not in before
+
+    def never(**kwargs: object) -> Report:
+        raise AssertionError("--rejudge must not run the experiment")
+
+    rejudge = ["--only", "p93", "--rejudge", "--results", str(results)]
+    assert _main(rejudge, {"P93": never}, P93="error 0.6 > 0.5: too few steps") == 0
+    assert "P93: FAIL -> KNOWN-MISS" in capsys.readouterr().out
+    after = json.loads((results / "P93.json").read_text())
+    assert after["outcome"] == "KNOWN-MISS" and after["miss_reason"] == "error 0.6 > 0.5: too few steps"
+    assert after["rejudged"]["was"] == "FAIL" and after["rejudged"]["date"].startswith("20")
+    unchanged = {k: v for k, v in after.items() if k not in ("outcome", "miss_reason", "rejudged")}
+    assert unchanged == {k: v for k, v in before.items() if k != "outcome"}  # the run itself is as recorded
+    assert _main(rejudge, {"P93": never}) == 0  # the catalog expects a pass again: FAIL, no reason
+    after = json.loads((results / "P93.json").read_text())
+    assert (
+        after["outcome"] == "FAIL" and "miss_reason" not in after and after["rejudged"]["was"] == "KNOWN-MISS"
+    )
+
+
+def test_rejudge_needs_only_and_a_recorded_entry(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        _main(["--rejudge", "--results", str(tmp_path)], {"P93": _checked(True)})
+    assert exc.value.code == 2 and "--only" in capsys.readouterr().err
+    assert _main(["--only", "P93", "--rejudge", "--results", str(tmp_path)], {"P93": _checked(True)}) == 2
+    assert "no recorded full run" in capsys.readouterr().err
+
+
 def test_record_needs_full(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         _main(["--record", "--out", str(tmp_path)], {"P93": _checked(True)})

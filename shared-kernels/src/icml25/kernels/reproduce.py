@@ -31,6 +31,12 @@ Usage::
     icml25 reproduce                                  # quick mode, every installed paper -> reports/
     icml25 reproduce --only P07 --only P54 --full --out reports
     icml25 reproduce --only P07 --full --record       # also write results/P07.json
+    icml25 reproduce --only P07 --rejudge             # re-read results/P07.json's outcome from the catalog
+
+``--rejudge`` runs nothing: after the catalog's expectation of a paper changed (a pass became a known miss,
+or the reason was rewritten with the recorded numbers), it recomputes the recorded entry's ``outcome`` and
+``miss_reason`` from the entry's measured ``passed`` and the current catalog, and notes the change in the
+entry's ``rejudged`` field. The measurements, the source hash and the git provenance stay as recorded.
 
 ``python -m icml25.kernels reproduce`` is the same command; in a source checkout ``tools/reproduce.py``
 runs it with the repository's ``results/`` folder as the ledger.
@@ -74,6 +80,7 @@ __all__ = [
     "main",
     "plots_hint",
     "record",
+    "rejudge",
     "run_folder",
     "run_one",
     "write_report",
@@ -488,6 +495,35 @@ def record(
     return path
 
 
+def rejudge(paper: str, expectation: Expectation, results: Path) -> tuple[str, str, Path]:
+    """Recompute the outcome of the recorded full run ``results/<paper>.json`` from its measured ``passed``
+    and ``expectation`` (the catalog's, now), without running anything; returns ``(old, new, path)``.
+
+    A known miss gets the catalog's reason as its ``miss_reason`` (any other outcome loses the field); the
+    entry's ``rejudged`` field records the date and the previous outcome. Metrics, checks, ``source_hash``
+    and the git provenance are left as recorded: they describe the run, which did not change."""
+    path = results / f"{paper}.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{paper}: no recorded full run at {path} (record one: --full --record)")
+    entry = json.loads(path.read_text())
+    if (
+        entry.get("paper") != paper
+        or entry.get("mode") != "full"
+        or not isinstance(entry.get("passed"), bool)
+    ):
+        raise ValueError(f"{path}: not a full-run ledger entry of {paper} with a boolean 'passed'")
+    old = str(entry.get("outcome"))
+    new = _verdict(entry["passed"], expectation, quick=False)
+    entry["outcome"] = new
+    if new == "KNOWN-MISS":
+        entry["miss_reason"] = expectation.reason
+    else:
+        entry.pop("miss_reason", None)
+    entry["rejudged"] = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "was": old}
+    path.write_text(json.dumps(entry, indent=2, allow_nan=False) + "\n")
+    return old, new, path
+
+
 # ---------------------------------------------------------------------------------------------------------
 
 
@@ -505,6 +541,12 @@ def add_arguments(parser: argparse.ArgumentParser, *, results: Path = Path("resu
     parser.add_argument("--results", type=Path, default=results, help=f"ledger folder (default: {results})")
     parser.add_argument(
         "--note", default="", help="with --record: a note stored in each entry (e.g. fewer seeds)"
+    )
+    parser.add_argument(
+        "--rejudge",
+        action="store_true",
+        help="with --only: run nothing; recompute each recorded entry's outcome (and miss reason) from the "
+        "current catalog",
     )
 
 
@@ -577,6 +619,18 @@ def execute(
     """Run the parsed ``icml25 reproduce`` command; returns the exit code."""
     if args.record and not args.full:
         parser.error("--record records full runs only: add --full")
+    if args.rejudge:
+        if not args.only or args.record:
+            parser.error("--rejudge needs --only PID (and runs nothing, so no --record)")
+        expected = dict(expectations())
+        for pid in sorted({pid.strip().upper() for pid in args.only}):
+            try:
+                old, new, path = rejudge(pid, expected.get(pid, Expectation()), args.results)
+            except (FileNotFoundError, ValueError) as err:
+                print(f"--rejudge {pid}: {err}", file=sys.stderr)
+                return 2
+            print(f"{pid}: {old} -> {new} ({path})")
+        return 0
 
     experiments = dict(discover())
     if args.only:
