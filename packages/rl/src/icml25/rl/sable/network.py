@@ -94,8 +94,9 @@ class SableConfig:
 class MultiScaleRetention(nn.Module):
     """Gated multi-scale retention: ``Y = (swish(x_key W_G) ⊙ GroupNorm_heads(Ret(Q, K, V))) W_O``.
 
-    ``Q = x_query W_Q``, ``K = x_key W_K``, ``V = x_value W_V`` (initialised N(0, 1/embed_dim), no bias, no
-    ``d^-1/2`` key scaling unless ``key_scaling``), one decay κ_h per head (a buffer, not trained).
+    ``Q = x_query W_Q``, ``K = x_key W_K``, ``V = x_value W_V`` (no bias, no ``d^-1/2`` key scaling unless
+    ``key_scaling``), one decay κ_h per head (a buffer, not trained). W_Q, W_K, W_V, W_G and W_O are
+    initialised from N(0, (1/embed_dim)²), as in Mava's ``retention.py``.
 
     Args:
         embed_dim: E; n_head: H with ``E % H == 0``; kappa: [H] decays in (0, 1];
@@ -126,10 +127,10 @@ class MultiScaleRetention(nn.Module):
         self.key_scale = self.head_dim**-0.5 if key_scaling else 1.0
         self.register_buffer("kappa", kappa.detach().to(torch.float32).clone(), persistent=False)
         self.w_q, self.w_k, self.w_v = (nn.Linear(embed_dim, embed_dim, bias=False) for _ in range(3))
-        for lin in (self.w_q, self.w_k, self.w_v):
-            nn.init.normal_(lin.weight, std=embed_dim**-0.5)
         self.w_g = nn.Linear(embed_dim, embed_dim, bias=False)
         self.w_o = nn.Linear(embed_dim, embed_dim, bias=False)
+        for lin in (self.w_q, self.w_k, self.w_v, self.w_g, self.w_o):
+            nn.init.normal_(lin.weight, std=1.0 / embed_dim)  # Mava's retention.py: N(0, (1/E)²)
         self.norm = nn.GroupNorm(n_head, embed_dim)
 
     def _check_inputs(self, key: object, query: object, value: object, form: str) -> None:
@@ -218,11 +219,22 @@ class _SwiGLU(nn.Module):
         return self.w3(F.silu(self.w1(x)) * self.w2(x))
 
 
+_GAIN = math.sqrt(2.0)
+"""Orthogonal gain of the encoders and the heads' first layers (Mava's ``sable_network.py``)."""
+
+
+def _orthogonal(lin: nn.Linear, gain: float) -> nn.Linear:
+    """Orthogonal weight with ``gain``, zero bias (flax's ``Dense(kernel_init=orthogonal(gain))``)."""
+    nn.init.orthogonal_(lin.weight, gain=gain)
+    if lin.bias is not None:
+        nn.init.zeros_(lin.bias)
+    return lin
+
+
 def _head(d: int, out: int, gain: float) -> nn.Sequential:
-    last = nn.Linear(d, out)
-    nn.init.orthogonal_(last.weight, gain=gain)
-    nn.init.zeros_(last.bias)
-    return nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.RMSNorm(d), last)
+    first = _orthogonal(nn.Linear(d, d), _GAIN)
+    last = _orthogonal(nn.Linear(d, out), gain)
+    return nn.Sequential(first, nn.GELU(), nn.RMSNorm(d), last)
 
 
 class SableNet(nn.Module):
@@ -232,7 +244,9 @@ class SableNet(nn.Module):
     earlier timesteps) + SwiGLU], a per-agent value head. Decoder: the one-hot of the previous agent's action
     (index 0: the start token) → Linear → GELU, ``n_block`` blocks of [causal self-retention, causal
     cross-retention (query: the encoder's representation, key/value: the decoder stream) + SwiGLU], a
-    categorical policy head. Post-norm residuals with RMSNorm, as in Mava.
+    categorical policy head. Post-norm residuals with RMSNorm, as in Mava. Initialisation as Mava's
+    ``sable_network.py``: orthogonal(√2) for the two encoders and the heads' first layers, orthogonal(0.01)
+    for the heads' last layers (zero biases); the retention layers as :class:`MultiScaleRetention`.
 
     Args:
         config: a :class:`SableConfig`.
@@ -248,7 +262,7 @@ class SableNet(nn.Module):
         with isolated_rng(seed) if seed is not None else contextlib.nullcontext():
             E = c.embed_dim
             self.obs_encoder = nn.Sequential(
-                nn.RMSNorm(c.obs_dim), nn.Linear(c.obs_dim, E, bias=False), nn.GELU()
+                nn.RMSNorm(c.obs_dim), _orthogonal(nn.Linear(c.obs_dim, E, bias=False), _GAIN), nn.GELU()
             )
             self.enc_ln = nn.RMSNorm(E)
             self.enc_ret = nn.ModuleList(
@@ -258,7 +272,9 @@ class SableNet(nn.Module):
             self.enc_ln1 = nn.ModuleList(nn.RMSNorm(E) for _ in range(c.n_block))
             self.enc_ln2 = nn.ModuleList(nn.RMSNorm(E) for _ in range(c.n_block))
             self.value_head = _head(E, 1, 0.01)
-            self.action_encoder = nn.Sequential(nn.Linear(c.n_actions + 1, E, bias=False), nn.GELU())
+            self.action_encoder = nn.Sequential(
+                _orthogonal(nn.Linear(c.n_actions + 1, E, bias=False), _GAIN), nn.GELU()
+            )
             self.dec_ln = nn.RMSNorm(E)
             self.dec_ret1 = nn.ModuleList(
                 MultiScaleRetention(E, c.n_head, kappa, True, c.key_scaling) for _ in range(c.n_block)
