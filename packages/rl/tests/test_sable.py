@@ -219,6 +219,17 @@ def test_initialisation_follows_mava() -> None:
         G = gram(lin)
         torch.testing.assert_close(G, gain**2 * torch.eye(len(G), dtype=G.dtype), atol=1e-5 * gain**2, rtol=0)
         assert lin.bias is None or not lin.bias.any()
+    # the earlier initialisation stays reachable: W_Q/K/V std E^-1/2, torch's defaults elsewhere
+    old = SableNet(SableConfig(3, 7, 5, embed_dim=E, n_block=2, init="torch"), seed=0)
+    wq = torch.cat([r.w_q.weight.flatten() for r in (*old.enc_ret, *old.dec_ret1, *old.dec_ret2)])
+    assert abs(float(wq.std()) * E**0.5 - 1.0) < 0.05
+    bound = E**-0.5  # torch's nn.Linear: uniform(±1/sqrt(fan_in))
+    assert (
+        float(old.enc_ret[0].w_o.weight.abs().max()) <= bound
+        and float(old.value_head[0].bias.abs().max()) > 0
+    )
+    with pytest.raises(ValueError, match="init"):
+        SableConfig(3, 7, 5, init="xavier")
 
 
 def test_agent_permutation_keeps_the_carried_state_consistent() -> None:
@@ -349,3 +360,13 @@ def test_quick_gate_fails_without_temporal_memory(quick_report) -> None:
     rep = exp.evaluate(exp.QUICK, 0, method="ff", baselines=base)
     assert not rep.passed
     assert rep.metrics["rec_sable_success"] <= 0.6
+
+
+@pytest.mark.slow
+def test_full_run_is_a_known_miss_of_the_success_checks() -> None:
+    """At the official defaults (Mava's initialisation and per-epoch agent shuffle) rec-Sable does not learn
+    the delayed cue within the full run's budget: the two success checks miss, the rest hold."""
+    report = exp.run(quick=False, seed=0)
+    assert [ok for _, ok in report.checks.items()] == [False, False, True, True, True, True]
+    assert report.passed is False
+    assert report.metrics["rec_sable_success"] < 0.9
