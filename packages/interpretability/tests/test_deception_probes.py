@@ -139,12 +139,18 @@ def test_logistic_probe_equals_sklearn_standardised_lr_without_intercept():
     x, _ = acts.tokens()
     y = np.repeat(acts.labels.numpy(), acts.lengths.numpy())
     probe = LogisticProbe(reg_coeff=10.0).fit(acts)
-    ref = make_pipeline(
-        StandardScaler(), LogisticRegression(C=0.1, fit_intercept=False, tol=1e-6, max_iter=1000)
-    )
+    # the official detector: scikit-learn's defaults (lbfgs, max_iter 100, tol 1e-4)
+    ref = make_pipeline(StandardScaler(), LogisticRegression(C=0.1, fit_intercept=False))
     ref.fit(x.double().numpy(), y)
     np.testing.assert_allclose(probe.score_tokens(x), ref.decision_function(x.double().numpy()), atol=1e-8)
     np.testing.assert_allclose(probe.lr_coef_, ref[-1].coef_[0], atol=1e-10)
+    # the tighter solver stays reachable through the parameters
+    tight = LogisticProbe(reg_coeff=10.0, max_iter=1000, tol=1e-6).fit(acts)
+    ref_tight = make_pipeline(
+        StandardScaler(), LogisticRegression(C=0.1, fit_intercept=False, tol=1e-6, max_iter=1000)
+    )
+    ref_tight.fit(x.double().numpy(), y)
+    np.testing.assert_allclose(tight.lr_coef_, ref_tight[-1].coef_[0], atol=1e-10)
     # the same probe through the plain scikit-learn token-matrix interface
     flat = LogisticProbe().fit(x.numpy(), y)
     np.testing.assert_allclose(flat.coef_, probe.coef_, atol=1e-10)

@@ -195,6 +195,90 @@ def test_ippo_trains_and_stays_memoryless() -> None:
     assert len(res.episode_returns) == 32 * 2 * 8 and res.last_mean(256) <= 0.65
 
 
+def test_initialisation_follows_mava() -> None:
+    """Retention W_Q/K/V/G/O ~ N(0, (1/E)²); orthogonal(√2) encoders and heads' first layers (zero biases);
+    orthogonal(0.01) heads' last layers (Mava's retention.py and sable_network.py)."""
+    E = 64
+    net = SableNet(SableConfig(3, 7, 5, embed_dim=E, n_block=2), seed=0)
+    ret = [*net.enc_ret, *net.dec_ret1, *net.dec_ret2]
+    w = torch.cat([m.weight.flatten() for r in ret for m in (r.w_q, r.w_k, r.w_v, r.w_g, r.w_o)])
+    assert abs(float(w.std()) * E - 1.0) < 0.02 and abs(float(w.mean())) < 0.1 / E  # 61,440 draws
+
+    def gram(lin: torch.nn.Linear) -> torch.Tensor:  # W Wᵀ or Wᵀ W, whichever is full rank
+        W = lin.weight.detach().double()
+        return W @ W.T if W.shape[0] <= W.shape[1] else W.T @ W
+
+    for lin, gain in (
+        (net.obs_encoder[1], 2**0.5),
+        (net.action_encoder[0], 2**0.5),
+        (net.value_head[0], 2**0.5),
+        (net.policy_head[0], 2**0.5),
+        (net.value_head[-1], 0.01),
+        (net.policy_head[-1], 0.01),
+    ):
+        G = gram(lin)
+        torch.testing.assert_close(G, gain**2 * torch.eye(len(G), dtype=G.dtype), atol=1e-5 * gain**2, rtol=0)
+        assert lin.bias is None or not lin.bias.any()
+    # the earlier initialisation stays reachable: W_Q/K/V std E^-1/2, torch's defaults elsewhere
+    old = SableNet(SableConfig(3, 7, 5, embed_dim=E, n_block=2, init="torch"), seed=0)
+    wq = torch.cat([r.w_q.weight.flatten() for r in (*old.enc_ret, *old.dec_ret1, *old.dec_ret2)])
+    assert abs(float(wq.std()) * E**0.5 - 1.0) < 0.05
+    bound = E**-0.5  # torch's nn.Linear: uniform(±1/sqrt(fan_in))
+    assert (
+        float(old.enc_ret[0].w_o.weight.abs().max()) <= bound
+        and float(old.value_head[0].bias.abs().max()) > 0
+    )
+    with pytest.raises(ValueError, match="init"):
+        SableConfig(3, 7, 5, init="xavier")
+
+
+def test_agent_permutation_keeps_the_carried_state_consistent() -> None:
+    """The hidden states sum over agents, so the encoder re-evaluated in another agent order (Mava's training
+    shuffle) gives the same per-agent values, permuted, from the acting rollout's states."""
+    net = _net(n_block=2)
+    B, T, A = 3, 5, 3
+    g = torch.Generator().manual_seed(8)
+    obs = torch.randn(B, T, A, 7, generator=g, dtype=torch.float64)
+    actions = torch.randint(0, 3, (B, T, A), generator=g)
+    first = torch.zeros(B, T, dtype=torch.bool)
+    first[1, 2] = True
+    h0 = [torch.randn(x.shape, generator=g, dtype=x.dtype) * 0.3 for x in net.initial_state(B)]
+    lp, _, v = net.forward_train(obs, actions, first, h0)
+    for perm in ([2, 0, 1], [1, 0, 2]):
+        lp_p, _, v_p = net.forward_train(obs[:, :, perm], actions[:, :, perm], first, h0)
+        torch.testing.assert_close(v_p, v[:, :, perm], atol=1e-10, rtol=0)
+        # the decoder factorises the joint action in the new order: other log-probs, still finite
+        assert lp_p.shape == lp.shape and torch.isfinite(lp_p).all()
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_training_shuffles_the_agent_order_every_epoch(shuffle: bool) -> None:
+    env = DelayedCueEnv(8, 3, 3, seed=2)
+    net = SableNet(SableConfig(3, env.obs_dim, env.n_actions, embed_dim=8, chunk_size=3), seed=0)
+    seen: list[torch.Tensor] = []
+    train = net.forward_train
+
+    def spy(obs, actions, dones=None, hstate=None):
+        seen.append(obs.detach().clone())
+        return train(obs, actions, dones, hstate)
+
+    net.forward_train = spy  # type: ignore[method-assign]
+    cfg = PPOConfig(rollout_length=3, epochs=4, n_minibatches=1, shuffle_agents=shuffle)
+    trainer = PPOTrainer(env, net, cfg)
+    trainer._start()
+    batch, _ = trainer._rollout(np.zeros(8))
+    trainer._update(batch)
+    assert len(seen) == 4
+    orders = set()
+    for obs in seen:  # each epoch sees the agents under one permutation (read from the one-hot agent ids)
+        ids = obs[..., 2:5]  # [E, T, A, 3]
+        perm = ids[0, 0].argmax(-1)
+        assert torch.equal(ids, torch.eye(3)[perm].expand_as(ids)) and sorted(perm.tolist()) == [0, 1, 2]
+        assert torch.equal(torch.sort(obs.flatten()).values, torch.sort(batch["obs"].flatten()).values)
+        orders.add(tuple(perm.tolist()))
+    assert (len(orders) > 1) if shuffle else (orders == {(0, 1, 2)})
+
+
 # ---------------------------------------------------------------------------------------- bad input
 def test_embed_dim_not_divisible_by_heads() -> None:
     with pytest.raises(ValueError, match=r"embed_dim.*n_head"):
@@ -276,3 +360,13 @@ def test_quick_gate_fails_without_temporal_memory(quick_report) -> None:
     rep = exp.evaluate(exp.QUICK, 0, method="ff", baselines=base)
     assert not rep.passed
     assert rep.metrics["rec_sable_success"] <= 0.6
+
+
+@pytest.mark.slow
+def test_full_run_is_a_known_miss_of_the_success_checks() -> None:
+    """At the official defaults (Mava's initialisation and per-epoch agent shuffle) rec-Sable does not learn
+    the delayed cue within the full run's budget: the two success checks miss, the rest hold."""
+    report = exp.run(quick=False, seed=0)
+    assert [ok for _, ok in report.checks.items()] == [False, False, True, True, True, True]
+    assert report.passed is False
+    assert report.metrics["rec_sable_success"] < 0.9

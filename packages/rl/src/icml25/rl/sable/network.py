@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from icml25.kernels.checks import check_int, check_tensor
+from icml25.kernels.checks import check_choice, check_int, check_tensor
 from icml25.kernels.retention import default_kappas, retention, retention_step
 from icml25.kernels.rng import isolated_rng
 
@@ -62,6 +62,10 @@ class SableConfig:
     encoder is causal across agent chunks, as in Mava); None: one chunk of all agents."""
     key_scaling: bool = False
     """Scale keys by ``d^-1/2`` (in one Mava version, not in the verified one: off)."""
+    init: str = "mava"
+    """``"mava"``: the official initialisation (retention weights N(0, (1/E)²), orthogonal(√2) encoders and
+    heads' first layers); ``"torch"``: this package's earlier one (W_Q/K/V std E^-1/2, torch's defaults for
+    W_G, W_O, the encoders and the heads' first layers), which learned the delayed-cue game faster."""
 
     def __post_init__(self) -> None:
         for name in ("n_agents", "obs_dim", "n_actions", "embed_dim", "n_head", "n_block", "chunk_size"):
@@ -72,6 +76,7 @@ class SableConfig:
             )
         if self.memory not in ("rec", "ff"):
             raise ValueError(f"memory must be 'rec' or 'ff', got {self.memory!r}")
+        check_choice(self.init, "init", ("mava", "torch"))
         if isinstance(self.decay_scaling_factor, bool) or not isinstance(
             self.decay_scaling_factor, (int, float)
         ):
@@ -94,8 +99,10 @@ class SableConfig:
 class MultiScaleRetention(nn.Module):
     """Gated multi-scale retention: ``Y = (swish(x_key W_G) ⊙ GroupNorm_heads(Ret(Q, K, V))) W_O``.
 
-    ``Q = x_query W_Q``, ``K = x_key W_K``, ``V = x_value W_V`` (initialised N(0, 1/embed_dim), no bias, no
-    ``d^-1/2`` key scaling unless ``key_scaling``), one decay κ_h per head (a buffer, not trained).
+    ``Q = x_query W_Q``, ``K = x_key W_K``, ``V = x_value W_V`` (no bias, no ``d^-1/2`` key scaling unless
+    ``key_scaling``), one decay κ_h per head (a buffer, not trained). W_Q, W_K, W_V, W_G and W_O are
+    initialised from N(0, (1/embed_dim)²), as in Mava's ``retention.py`` (``init="torch"``: W_Q, W_K, W_V
+    from N(0, 1/embed_dim), torch's default for W_G and W_O).
 
     Args:
         embed_dim: E; n_head: H with ``E % H == 0``; kappa: [H] decays in (0, 1];
@@ -109,7 +116,13 @@ class MultiScaleRetention(nn.Module):
     """
 
     def __init__(
-        self, embed_dim: int, n_head: int, kappa: torch.Tensor, causal_agents: bool, key_scaling: bool = False
+        self,
+        embed_dim: int,
+        n_head: int,
+        kappa: torch.Tensor,
+        causal_agents: bool,
+        key_scaling: bool = False,
+        init: str = "mava",
     ) -> None:
         super().__init__()
         embed_dim = check_int(embed_dim, "embed_dim", low=1)
@@ -126,10 +139,14 @@ class MultiScaleRetention(nn.Module):
         self.key_scale = self.head_dim**-0.5 if key_scaling else 1.0
         self.register_buffer("kappa", kappa.detach().to(torch.float32).clone(), persistent=False)
         self.w_q, self.w_k, self.w_v = (nn.Linear(embed_dim, embed_dim, bias=False) for _ in range(3))
-        for lin in (self.w_q, self.w_k, self.w_v):
-            nn.init.normal_(lin.weight, std=embed_dim**-0.5)
         self.w_g = nn.Linear(embed_dim, embed_dim, bias=False)
         self.w_o = nn.Linear(embed_dim, embed_dim, bias=False)
+        if check_choice(init, "init", ("mava", "torch")) == "mava":
+            for lin in (self.w_q, self.w_k, self.w_v, self.w_g, self.w_o):
+                nn.init.normal_(lin.weight, std=1.0 / embed_dim)  # Mava's retention.py: N(0, (1/E)²)
+        else:
+            for lin in (self.w_q, self.w_k, self.w_v):
+                nn.init.normal_(lin.weight, std=embed_dim**-0.5)
         self.norm = nn.GroupNorm(n_head, embed_dim)
 
     def _check_inputs(self, key: object, query: object, value: object, form: str) -> None:
@@ -218,11 +235,22 @@ class _SwiGLU(nn.Module):
         return self.w3(F.silu(self.w1(x)) * self.w2(x))
 
 
-def _head(d: int, out: int, gain: float) -> nn.Sequential:
-    last = nn.Linear(d, out)
-    nn.init.orthogonal_(last.weight, gain=gain)
-    nn.init.zeros_(last.bias)
-    return nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.RMSNorm(d), last)
+_GAIN = math.sqrt(2.0)
+"""Orthogonal gain of the encoders and the heads' first layers (Mava's ``sable_network.py``)."""
+
+
+def _orthogonal(lin: nn.Linear, gain: float) -> nn.Linear:
+    """Orthogonal weight with ``gain``, zero bias (flax's ``Dense(kernel_init=orthogonal(gain))``)."""
+    nn.init.orthogonal_(lin.weight, gain=gain)
+    if lin.bias is not None:
+        nn.init.zeros_(lin.bias)
+    return lin
+
+
+def _head(d: int, out: int, gain: float, mava: bool = True) -> nn.Sequential:
+    first = _orthogonal(nn.Linear(d, d), _GAIN) if mava else nn.Linear(d, d)
+    last = _orthogonal(nn.Linear(d, out), gain)
+    return nn.Sequential(first, nn.GELU(), nn.RMSNorm(d), last)
 
 
 class SableNet(nn.Module):
@@ -232,7 +260,10 @@ class SableNet(nn.Module):
     earlier timesteps) + SwiGLU], a per-agent value head. Decoder: the one-hot of the previous agent's action
     (index 0: the start token) → Linear → GELU, ``n_block`` blocks of [causal self-retention, causal
     cross-retention (query: the encoder's representation, key/value: the decoder stream) + SwiGLU], a
-    categorical policy head. Post-norm residuals with RMSNorm, as in Mava.
+    categorical policy head. Post-norm residuals with RMSNorm, as in Mava. Initialisation as Mava's
+    ``sable_network.py``: orthogonal(√2) for the two encoders and the heads' first layers, orthogonal(0.01)
+    for the heads' last layers (zero biases); the retention layers as :class:`MultiScaleRetention`
+    (``SableConfig(init="torch")``: the earlier initialisation, torch's defaults but the heads' last layers).
 
     Args:
         config: a :class:`SableConfig`.
@@ -245,32 +276,38 @@ class SableNet(nn.Module):
             raise TypeError(f"config must be a SableConfig, got {type(config).__name__}")
         self.config = c = config
         kappa = default_kappas(c.n_head, float(c.decay_scaling_factor)).float()
+        mava = c.init == "mava"
+
+        def enc(lin: nn.Linear) -> nn.Linear:
+            return _orthogonal(lin, _GAIN) if mava else lin
+
         with isolated_rng(seed) if seed is not None else contextlib.nullcontext():
             E = c.embed_dim
             self.obs_encoder = nn.Sequential(
-                nn.RMSNorm(c.obs_dim), nn.Linear(c.obs_dim, E, bias=False), nn.GELU()
+                nn.RMSNorm(c.obs_dim), enc(nn.Linear(c.obs_dim, E, bias=False)), nn.GELU()
             )
             self.enc_ln = nn.RMSNorm(E)
             self.enc_ret = nn.ModuleList(
-                MultiScaleRetention(E, c.n_head, kappa, False, c.key_scaling) for _ in range(c.n_block)
+                MultiScaleRetention(E, c.n_head, kappa, False, c.key_scaling, c.init)
+                for _ in range(c.n_block)
             )
             self.enc_ffn = nn.ModuleList(_SwiGLU(E) for _ in range(c.n_block))
             self.enc_ln1 = nn.ModuleList(nn.RMSNorm(E) for _ in range(c.n_block))
             self.enc_ln2 = nn.ModuleList(nn.RMSNorm(E) for _ in range(c.n_block))
-            self.value_head = _head(E, 1, 0.01)
-            self.action_encoder = nn.Sequential(nn.Linear(c.n_actions + 1, E, bias=False), nn.GELU())
+            self.value_head = _head(E, 1, 0.01, mava)
+            self.action_encoder = nn.Sequential(enc(nn.Linear(c.n_actions + 1, E, bias=False)), nn.GELU())
             self.dec_ln = nn.RMSNorm(E)
             self.dec_ret1 = nn.ModuleList(
-                MultiScaleRetention(E, c.n_head, kappa, True, c.key_scaling) for _ in range(c.n_block)
+                MultiScaleRetention(E, c.n_head, kappa, True, c.key_scaling, c.init) for _ in range(c.n_block)
             )
             self.dec_ret2 = nn.ModuleList(
-                MultiScaleRetention(E, c.n_head, kappa, True, c.key_scaling) for _ in range(c.n_block)
+                MultiScaleRetention(E, c.n_head, kappa, True, c.key_scaling, c.init) for _ in range(c.n_block)
             )
             self.dec_ffn = nn.ModuleList(_SwiGLU(E) for _ in range(c.n_block))
             self.dec_ln1, self.dec_ln2, self.dec_ln3 = (
                 nn.ModuleList(nn.RMSNorm(E) for _ in range(c.n_block)) for _ in range(3)
             )
-            self.policy_head = _head(E, c.n_actions, 0.01)
+            self.policy_head = _head(E, c.n_actions, 0.01, mava)
 
     # ------------------------------------------------------------------------------------------ helpers
     @property

@@ -4,7 +4,7 @@ PPO (Schulman et al. 2017) as Sable trains it (Mahjoub et al., ICML 2025; offici
 ``mava/systems/sable/anakin/rec_sable.py``): rollouts of ``rollout_length`` steps from ``n_envs`` parallel
 environments are collected with the recurrent form (hidden states carried across steps and rollouts, reset
 at episode starts); the update re-evaluates each environment's whole rollout with the chunkwise form from
-the hidden state the rollout started with. The team reward is every agent's reward; advantages are GAE per
+the hidden state the rollout started with, in an agent order drawn afresh every epoch (``shuffle_agents``). The team reward is every agent's reward; advantages are GAE per
 agent (per-agent values from the encoder) and the clipped ratio is per agent, as in Mava. The IPPO baseline
 (:class:`IPPOPolicy`) is a shared-parameter MLP actor and critic on each agent's current observation.
 
@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from icml25.kernels.rng import isolated_rng, make_generator
-from icml25.rl.sable.network import check_float_tensor
+from icml25.rl.sable.network import SableNet, check_float_tensor
 
 __all__ = ["IPPOPolicy", "PPOConfig", "PPOTrainer", "TrainResult", "VectorEnv"]
 
@@ -59,8 +59,15 @@ class PPOConfig:
     entropy_coef: float = 0.01
     value_coef: float = 0.5
     max_grad_norm: float = 0.5
+    shuffle_agents: bool = True
+    """Every PPO epoch permutes the agents of the whole batch (one random permutation) before a
+    :class:`~icml25.rl.sable.network.SableNet` re-evaluates it, so the decoder trains on random agent orders
+    while acting keeps the fixed order (Mava's ``rec_sable.py``); False trains in the acting order. Policies
+    that treat agents independently (:class:`IPPOPolicy`) are left as they are."""
 
     def __post_init__(self) -> None:
+        if not isinstance(self.shuffle_agents, bool):
+            raise TypeError(f"shuffle_agents must be a bool, got {self.shuffle_agents!r}")
         for name in ("rollout_length", "epochs", "n_minibatches"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -289,18 +296,24 @@ class PPOTrainer:
 
     def _update(self, b: dict[str, Any]) -> None:
         cfg, pol = self.config, self.policy
-        E = b["obs"].shape[0]
+        E, _, A = b["actions"].shape
         n_mb = min(cfg.n_minibatches, E)
+        shuffle = cfg.shuffle_agents and isinstance(pol, SableNet)
+        per_agent = ("obs", "actions", "logp", "values", "adv", "returns")
         for _ in range(cfg.epochs):
             perm = torch.randperm(E, generator=self.generator)
+            eb = b
+            if shuffle:  # one agent order for the epoch; the hidden states sum over agents: unchanged
+                agents = torch.randperm(A, generator=self.generator)
+                eb = {k: (v[:, :, agents] if k in per_agent else v) for k, v in b.items()}
             for idx in perm.chunk(n_mb):
-                h0 = [h[idx] for h in b["h0"]]
-                logp, ent, v = pol.forward_train(b["obs"][idx], b["actions"][idx], b["first"][idx], h0)
-                adv = b["adv"][idx]
+                h0 = [h[idx] for h in eb["h0"]]
+                logp, ent, v = pol.forward_train(eb["obs"][idx], eb["actions"][idx], eb["first"][idx], h0)
+                adv = eb["adv"][idx]
                 adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-                ratio = torch.exp(logp - b["logp"][idx])
+                ratio = torch.exp(logp - eb["logp"][idx])
                 pg = -torch.min(ratio * adv, ratio.clamp(1 - cfg.clip, 1 + cfg.clip) * adv).mean()
-                v_old, ret = b["values"][idx], b["returns"][idx]
+                v_old, ret = eb["values"][idx], eb["returns"][idx]
                 v_clip = v_old + (v - v_old).clamp(-cfg.clip, cfg.clip)
                 v_loss = 0.5 * torch.max((v - ret) ** 2, (v_clip - ret) ** 2).mean()
                 loss = pg + cfg.value_coef * v_loss - cfg.entropy_coef * ent.mean()
