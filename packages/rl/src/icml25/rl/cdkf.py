@@ -37,6 +37,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from icml25.kernels.checks import check_array, check_int, check_tensor
 from icml25.kernels.optim import Adam
 
 __all__ = [
@@ -68,42 +69,15 @@ ArrayLike = torch.Tensor | np.ndarray | Sequence[float] | float
 
 # ------------------------------------------------------------------------------------------ validation
 def _tensor(x: object, name: str, ndim: int | tuple[int, ...], *, allow_empty: bool = False) -> torch.Tensor:
-    """``x`` as a float64 tensor (keeps autograd) with a checked rank, size, finiteness and magnitude."""
+    """``x`` (real float or integer) as a float64 tensor (keeps autograd) with a checked rank, size, finiteness
+    and magnitude (at most ``MAX_ABS``: beyond it the float64 Riccati products overflow)."""
     if isinstance(x, torch.Tensor):
-        t = x
-        if t.dtype == torch.bool or t.is_complex():
-            raise TypeError(f"{name} must be a real float or integer tensor; got dtype {t.dtype}")
+        check_tensor(x, name, dtype=("float", "int"), finite=False)
     else:
-        if isinstance(x, (str, bytes)) or x is None:
-            raise TypeError(f"{name} must be a real numeric array; got {type(x).__name__}")
-        try:
-            arr = np.asarray(x)
-        except Exception as exc:  # ragged lists and the like
-            raise TypeError(f"{name} must be a real numeric array; got {type(x).__name__}") from exc
-        if arr.dtype.kind not in "iuf":
-            raise TypeError(f"{name} must be a real numeric array; got dtype {arr.dtype}")
-        t = torch.from_numpy(np.array(arr, dtype=np.float64))
-    t = t.to(_DT)
-    dims = (ndim,) if isinstance(ndim, int) else ndim
-    if t.ndim not in dims:
-        raise ValueError(
-            f"{name} must have {' or '.join(map(str, dims))} dimension(s); got shape {tuple(t.shape)}"
+        x = torch.from_numpy(
+            np.array(check_array(x, name, dtype=("float", "int"), finite=False), dtype=np.float64)
         )
-    if not allow_empty and t.numel() == 0:
-        raise ValueError(f"{name} must not be empty; got shape {tuple(t.shape)}")
-    finite = torch.isfinite(t.detach())
-    if not bool(finite.all()):
-        n_nan = int(torch.isnan(t.detach()).sum())
-        raise ValueError(
-            f"{name} must be finite; got {n_nan} NaN and {int((~finite).sum()) - n_nan} Inf values in a tensor "
-            f"of shape {tuple(t.shape)}"
-        )
-    if t.numel() and float(t.detach().abs().max()) > MAX_ABS:
-        raise ValueError(
-            f"{name} entries must be at most {MAX_ABS:g} in magnitude (float64 Riccati products overflow); "
-            f"got max |{name}| = {float(t.detach().abs().max()):.3g}"
-        )
-    return t
+    return check_tensor(x.to(_DT), name, ndim=ndim, non_empty=not allow_empty, max_abs=MAX_ABS)
 
 
 def _scalar(x: object, name: str, *, positive: bool = False, nonneg: bool = False) -> float:
@@ -127,14 +101,6 @@ def _scalar(x: object, name: str, *, positive: bool = False, nonneg: bool = Fals
     if nonneg and v < 0:
         raise ValueError(f"{name} must be >= 0; got {v}")
     return v
-
-
-def _int(x: object, name: str, lo: int = 1) -> int:
-    if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
-        raise TypeError(f"{name} must be an int; got {type(x).__name__}")
-    if int(x) < lo:
-        raise ValueError(f"{name} must be >= {lo}; got {int(x)}")
-    return int(x)
 
 
 def _check_cov(P: torch.Tensor, name: str, *, definite: bool) -> None:
@@ -360,7 +326,7 @@ class AuxDynamics:
         if not callable(self.g):
             raise TypeError(f"g must be callable g(u, w) -> du/dt; got {type(self.g).__name__}")
         self.u0 = _tensor(self.u0, "u0", (0, 1)).detach().reshape(-1)
-        self.w_dim = _int(self.w_dim, "w_dim")
+        self.w_dim = check_int(self.w_dim, "w_dim", low=1)
 
     @classmethod
     def integrator(cls, u0: ArrayLike, control_cost: float = 0.1) -> AuxDynamics:
@@ -735,7 +701,7 @@ def mean_cov_bound(
     lam = _rates(rates, t.numel() - 1, len(sens))
     P = _check_P0(P0, sde.n)
     u = _check_aux_traj(aux_traj, sens, t.numel())
-    sub = _int(substeps, "substeps")
+    sub = check_int(substeps, "substeps", low=1)
     _warn_unstable(sde.A, float(t[-1] - t[0]))
     return _integrate_bound(sde, sens, lam, t, P, u, sub)
 
@@ -854,7 +820,7 @@ def control_objective(
     _warn_unstable(sde.A, float(t[-1] - t[0]))
     return _objective(
         sde, sens, lam, t, P, _weights(W, sde.n, "W", True), _weights(W_T, sde.n, "W_T", False),
-        _time_weight(time_weight, t), aux, w, _int(substeps, "substeps"),
+        _time_weight(time_weight, t), aux, w, check_int(substeps, "substeps", low=1),
     )  # fmt: skip
 
 
@@ -927,17 +893,17 @@ def optimize_rates(
         raise ValueError(f"lam_max must be a number or one value per sensor ({S}); got {lm.numel()} values")
     if bool((lm <= 0).any()):
         raise ValueError(f"lam_max must be > 0; got {lm.tolist()}")
-    M_ = _int(M, "M")
-    steps_ = _int(steps, "steps", lo=0)
+    M_ = check_int(M, "M", low=1)
+    steps_ = check_int(steps, "steps", low=0)
     lr_ = _scalar(lr, "lr", positive=True)
     l2_ = _scalar(l2, "l2", nonneg=True)
     r0 = _scalar(init_rate, "init_rate", positive=True)
     if bool((lm <= r0).any()):
         raise ValueError(f"init_rate must be below lam_max ({lm.min().item():g}); got {r0}")
-    pieces = M_ if n_pieces is None else _int(n_pieces, "n_pieces")
+    pieces = M_ if n_pieces is None else check_int(n_pieces, "n_pieces", low=1)
     if M_ % pieces:
         raise ValueError(f"n_pieces must divide M = {M_}; got {pieces}")
-    sub = _int(substeps, "substeps")
+    sub = check_int(substeps, "substeps", low=1)
     prune_ = _scalar(prune, "prune", nonneg=True)
     if P0 is None:
         try:
@@ -1280,14 +1246,14 @@ def monte_carlo(
             f"t_eval must lie within t_grid's range [{t[0]:g}, {t[-1]:g}]; got [{te[0]:g}, {te[-1]:g}]"
         )
     P = _check_P0(P0, sde.n).detach().numpy()
-    runs = _int(n_runs, "n_runs")
+    runs = check_int(n_runs, "n_runs", low=1)
     if schedule not in ("poisson", "deterministic"):
         raise ValueError(f"schedule must be 'poisson' or 'deterministic'; got {schedule!r}")
     u = _check_aux_traj(aux_traj, sens, t.size)
     path = None if u is None else AuxPath(t, u.detach().numpy())
     Wn = _weights(W, sde.n, "W", True).numpy()
     _warn_unstable(sde.A, float(t[-1] - t[0]))
-    rng = np.random.default_rng(_int(seed, "seed", lo=0))
+    rng = np.random.default_rng(check_int(seed, "seed", low=0))
     det = deterministic_schedule(r, t, offset) if schedule == "deterministic" else None
     grid = te[te > t[0]]
     traces, errs, counts = [], [], []
