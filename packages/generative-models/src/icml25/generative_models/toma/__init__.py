@@ -57,7 +57,7 @@ def _ratio(ratio: object) -> float:
     return check_float(ratio, "ratio", low=0.0, high=1.0, high_open=True)
 
 
-def _tokens(x: object, name: str = "x") -> torch.Tensor:
+def _batch_tokens(x: object, name: str = "x") -> torch.Tensor:
     """A floating tensor [B, N, C] with N >= 1 tokens and C >= 1 features (NaN is not checked here)."""
     x = check_tensor(x, name, ndim=3, finite=False)
     if x.shape[1] == 0 or x.shape[2] == 0:
@@ -114,7 +114,7 @@ def tile_tokens(
         ``(tiles [B, T, n, C], perm [N])`` with ``T = t²``, ``n = (H/t)(W/t)``, tiles in row-major order and
         tokens row-major within a tile: ``tiles.reshape(B, N, C) == x[:, perm]``.
     """
-    x = _tokens(x)
+    x = _batch_tokens(x)
     N = x.shape[1]
     H, W = _resolve_hw(hw, N)
     t = _tiles_per_side(num_tiles, H, W)
@@ -192,7 +192,7 @@ class ToMAPlan:
         return self.t * self.t * self.A.shape[1]
 
     def _check(self, x: object, n_tok: int, name: str) -> torch.Tensor:
-        x = _tokens(x, name)
+        x = _batch_tokens(x, name)
         if x.shape[0] != self.batch or x.shape[1] != n_tok:
             raise ValueError(
                 f"{name} must have shape [B, {n_tok}, C] with B = {self.batch} (the plan's), got {tuple(x.shape)}"
@@ -255,7 +255,7 @@ def toma_fns(
     Returns:
         :class:`ToMAPlan` with ``merge``, ``unmerge`` and ``log_sizes``.
     """
-    x = _tokens(x)
+    x = _batch_tokens(x)
     B, N, C = x.shape
     H, W = _resolve_hw(hw, N)
     r = _ratio(ratio)
@@ -302,7 +302,7 @@ def tomesd_fns(
     Returns:
         ``(merge, unmerge)``: ``merge(v [B, N, c], mode="mean") -> [B, N − r, c]``; ``unmerge`` the inverse.
     """
-    x = _tokens(x)
+    x = _batch_tokens(x)
     H, W = _resolve_hw(hw, x.shape[1])
     r = int(x.shape[1] * _ratio(ratio))
     if not bool(torch.isfinite(x).all()):
