@@ -16,6 +16,7 @@ from icml25.kernels.checks import (
     check_fitted,
     check_float,
     check_int,
+    check_ints,
     check_same_length,
     check_tensor,
 )
@@ -71,6 +72,37 @@ def test_check_choice_compares_strings_only_with_strings() -> None:
         check_choice("2", "bits", (2, 4, 8))
     with pytest.raises(ValueError, match="mode must be one of"):
         check_choice(np.array(["a", "b"]), "mode", ("a",))
+
+
+def test_check_ints_returns_a_tuple_of_python_ints_and_names_the_entry() -> None:
+    assert check_ints([1, np.int64(2), 3], "grid", length=3, low=1) == (1, 2, 3)
+    assert check_ints((), "sizes") == ()
+    with pytest.raises(TypeError, match=r"^stride must be a tuple of 3 ints, got tuple \(1, 2\)"):
+        check_ints((1, 2), "stride", length=3)
+    with pytest.raises(TypeError, match="stride must be a tuple of 3 ints"):
+        check_ints((1, True, 2), "stride", length=3)
+    with pytest.raises(TypeError, match=r"stride must be a tuple of ints, got float 2\.0"):
+        check_ints(2.0, "stride")
+    with pytest.raises(ValueError, match=r"^grid\[1\] must be an int >= 1, got 0$"):
+        check_ints((2, 0, 2), "grid", low=1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+@pytest.mark.parametrize("n", [1, 5, 4099])
+def test_check_tensor_finite_fast_path_catches_any_nan_or_inf(dtype: torch.dtype, bad: float, n: int) -> None:
+    for pos in {0, n // 2, n - 1}:
+        x = torch.randn(n, generator=torch.Generator().manual_seed(0)).to(dtype)
+        assert check_tensor(x, "x") is x
+        x[pos] = bad
+        with pytest.raises(
+            ValueError, match=r"^x must be finite \(no NaN or inf\), got [01] NaN and [01] inf"
+        ):
+            check_tensor(x, "x")
+    z = torch.zeros(3, dtype=torch.complex64)
+    z[1] = complex(0.0, float("nan"))
+    with pytest.raises(ValueError, match="z must be finite"):
+        check_tensor(z, "z", dtype="complex")
 
 
 def test_check_tensor_form_and_messages() -> None:

@@ -281,6 +281,24 @@ def test_uniform_baseline() -> None:
     assert np.unique(u.indices).size == 50
 
 
+def test_seed_is_none_a_non_negative_int_or_a_generator() -> None:
+    """The int goes through icml25.kernels.checks.check_int: a NumPy int is the same seed."""
+    _, g = blobs(300)
+    a = uniform_coreset(np.arange(300), g, 50, seed=7)
+    for seed in (np.int64(7), np.random.default_rng(7)):
+        assert np.array_equal(uniform_coreset(np.arange(300), g, 50, seed=seed).indices, a.indices)
+    assert len(uniform_coreset(np.arange(300), g, 50, seed=None)) == 50
+    with pytest.raises(
+        ValueError, match=r"^seed \(None, an int or a numpy Generator\) must be an int >= 0, got -1$"
+    ):
+        uniform_coreset(np.arange(300), g, 50, seed=-1)
+    for bad in (1.5, True, "7"):
+        with pytest.raises(
+            TypeError, match=r"^seed \(None, an int or a numpy Generator\) must be an int >= 0"
+        ):
+            uniform_coreset(np.arange(300), g, 50, seed=bad)
+
+
 def test_estimator_matches_the_function_and_clones() -> None:
     from sklearn.base import clone
 

@@ -247,9 +247,9 @@ def test_bad_inputs_are_rejected_with_named_arguments():
         spatiotemporal_split((2, 4, 4), (0, 2, 2))
     with pytest.raises(ValueError, match=r"stride must have sides in \[1, grid side\]"):
         spatiotemporal_split((2, 4, 4), (3, 2, 2))
-    with pytest.raises(ValueError, match=r"ratio must be in \[0, 1\)"):
+    with pytest.raises(ValueError, match=r"ratio must be a finite float in \[0\.0, 1\.0\), got"):
         reduce_tokens(x, split, m, 1.0)
-    with pytest.raises(ValueError, match=r"ratio must be in \[0, 1\)"):
+    with pytest.raises(ValueError, match=r"ratio must be a finite float in \[0\.0, 1\.0\), got"):
         reduce_tokens(x, split, m, -0.1)
     with pytest.raises(ValueError, match="metric must be one of"):
         match_tokens(x, split, "manhattan")
@@ -262,6 +262,26 @@ def test_bad_inputs_are_rejected_with_named_arguments():
         RnRSchedule({"q": torch.zeros(2, 3, dtype=torch.long), "v": torch.zeros(2, 4, dtype=torch.long)})
     with pytest.raises(ValueError, match="cache_steps must be an int >= 1"):
         MatchCache(0)
+
+
+def test_grid_stride_and_ratio_go_through_the_shared_checks():
+    """icml25.kernels.checks: a NumPy int side or float ratio is the same value; the messages name the entry."""
+    x = torch.randn(1, 32, 3)
+    a = spatiotemporal_split((2, 4, 4), (2, 2, 2), generator=_gen(0))
+    b = spatiotemporal_split((np.int64(2), 4, 4), [2, np.int32(2), 2], generator=_gen(0))
+    assert torch.equal(a.dst_idx, b.dst_idx) and torch.equal(a.src_idx, b.src_idx)
+    m = match_tokens(x, a)
+    assert torch.equal(reduce_tokens(x, a, m, 0.5)[0], reduce_tokens(x, a, m, np.float64(0.5))[0])
+    with pytest.raises(TypeError, match=r"^grid must be a tuple of 3 ints, got tuple \(2, 4\)"):
+        spatiotemporal_split((2, 4), (2, 2, 2))
+    with pytest.raises(TypeError, match=r"^stride must be a tuple of 3 ints, got tuple \(2, 2\.0, 2\)"):
+        spatiotemporal_split((2, 4, 4), (2, 2.0, 2))
+    with pytest.raises(ValueError, match=r"^ratio must be a finite float in \[0\.0, 1\.0\), got nan"):
+        reduce_tokens(x, a, m, float("nan"))
+    xn = x.clone()
+    xn[0, 3, 0] = float("nan")
+    with pytest.raises(ValueError, match=r"^x must be finite \(no NaN or inf\), got 1 NaN and 0 inf"):
+        match_tokens(xn, a)
 
 
 # -------------------------------------------------------------------------------- reproduction gate

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -155,7 +156,7 @@ def test_num_tiles_must_be_a_square_dividing_the_grid(num_tiles, match):
 
 @pytest.mark.parametrize("ratio", [-0.1, 1.0, 1.5, math.nan])
 def test_ratio_outside_0_1_is_rejected(ratio):
-    with pytest.raises(ValueError, match="ratio must lie in"):
+    with pytest.raises(ValueError, match=r"ratio must be a finite float in \[0\.0, 1\.0\), got"):
         toma_fns(_x(1, 64, 4), ratio=ratio, num_tiles=4)
 
 
@@ -166,7 +167,7 @@ def test_zero_destinations_per_tile_is_rejected():
 
 @pytest.mark.parametrize("scale", [0.0, -1.0, math.inf])
 def test_non_positive_scale_is_rejected(scale):
-    with pytest.raises(ValueError, match="scale must be a finite float > 0"):
+    with pytest.raises(ValueError, match=r"scale must be a finite float in \(0\.0, inf\), got"):
         toma_fns(_x(1, 64, 4), ratio=0.5, num_tiles=4, scale=scale)
 
 
@@ -197,3 +198,13 @@ def test_full_threshold_has_the_attention_parity_checks():
     text = exp.threshold(quick=False)
     assert "ToMeSD at r=0.5" in text and "ToMeSD at r=0.75" in text
     assert "ToMeSD at r=0.5" not in exp.threshold(quick=True)
+
+
+def test_numpy_scalars_pass_the_shared_checks_and_merge_as_python_floats():
+    """ratio and scale go through icml25.kernels.checks.check_float: a NumPy float is the same value."""
+    x = _x(1, 64, 4)
+    a = toma_fns(x, ratio=0.5, num_tiles=4, scale=0.1).A
+    b = toma_fns(x, ratio=np.float64(0.5), num_tiles=4, scale=np.float64(0.1)).A
+    torch.testing.assert_close(a, b, rtol=0, atol=0)
+    with pytest.raises(TypeError, match="ratio must be a finite float in"):
+        toma_fns(x, ratio="0.5", num_tiles=4)

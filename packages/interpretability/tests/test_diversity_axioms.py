@@ -214,10 +214,25 @@ def test_bad_distance_matrices_raise() -> None:
 
 
 def test_non_finite_points_raise() -> None:
-    with pytest.raises(ValueError, match="X must be finite; got 1 NaN"):
+    with pytest.raises(ValueError, match=r"X must be finite \(no NaN or inf\), got 1 NaN and 0 inf"):
         dv.APD()(np.array([[0.0, np.nan, 1.0]]).T)
-    with pytest.raises(ValueError, match="X must be finite; got 0 NaN and 1 Inf"):
+    with pytest.raises(ValueError, match=r"X must be finite \(no NaN or inf\), got 0 NaN and 1 inf"):
         dv.APD()(np.array([[0.0, np.inf, 1.0]]).T)
+
+
+def test_non_numeric_or_complex_points_raise_type_errors_naming_the_argument() -> None:
+    """Points and kernels go through icml25.kernels.checks.check_array: its messages; bools and ints pass."""
+    with pytest.raises(TypeError, match=r"^X must be a float or int or bool array, got .* dtype complex128"):
+        dv.pairwise(np.array([[0.0, 1j], [1.0, 0.0]]))
+    with pytest.raises(
+        TypeError, match=r"^K must be a numeric array, got numpy.ndarray of shape \(\) and dtype <U"
+    ):
+        dv.vendi_from_kernel("identity")
+    with pytest.raises(ValueError, match=r"^K must be finite \(no NaN or inf\), got 1 NaN"):
+        dv.vendi_from_kernel(np.array([[1.0, np.nan], [np.nan, 1.0]])[:1, :1] * np.nan)
+    np.testing.assert_array_equal(
+        dv.pairwise(np.array([[0, 1], [1, 1]])), dv.pairwise([[0.0, 1.0], [1.0, 1.0]])
+    )
 
 
 def test_fewer_than_two_points_raise() -> None:

@@ -215,8 +215,20 @@ def test_bad_inputs_raise_naming_the_argument(llama) -> None:
     with pytest.raises(ValueError, match="position must lie within the sequence of length 5"):
         with tv.patch_task_vector(llama, v, 0, torch.tensor([1, 9])):
             llama(input_ids=ids)
-    with pytest.raises(ValueError, match="vector must be finite"):
+    with pytest.raises(
+        ValueError, match=r"^vector must be finite \(no NaN or inf\), got 32 NaN and 0 inf values"
+    ):
         with tv.patch_task_vector(llama, torch.full((32,), float("nan")), 0, 0):
+            pass
+    with pytest.raises(
+        TypeError, match=r"^vector must be a float tensor, got .* dtype torch.int64"
+    ):  # shared checks
+        with tv.patch_task_vector(llama, torch.zeros(32, dtype=torch.long), 0, 0):
+            pass
+    with pytest.raises(
+        ValueError, match=r"^vector must have 1 or 2 dimension\(s\), got .* shape \(1, 1, 32\)"
+    ):
+        with tv.patch_task_vector(llama, torch.zeros(1, 1, 32), 0, 0):
             pass
     other = tiny_llama(vocab_size=40, n_layers=2, n_heads=4, d_model=32)
     with pytest.raises(

@@ -367,6 +367,22 @@ def test_bad_model_shapes_raise() -> None:
         mean_cov_bound(sde, [Sensor([1.0, 0.0, 0.0], 0.1)], np.ones(3), np.arange(4.0), np.eye(2))
 
 
+def test_model_arrays_go_through_the_shared_checks() -> None:
+    """A, H, R, ... pass through icml25.kernels.checks: its messages, and float64 copies of valid input."""
+    with pytest.raises(ValueError, match=r"^A must be finite \(no NaN or inf\), got 1 NaN and 0 inf values"):
+        LinearSDE([[0.0, 1.0], [float("nan"), -1.0]])
+    with pytest.raises(ValueError, match=r"^A must have entries of magnitude <= 1e\+08, got max 1e\+09"):
+        LinearSDE([[0.0, 1.0], [-1e9, -1.0]])
+    with pytest.raises(TypeError, match=r"^A must be a float or int array, got .* dtype bool"):
+        LinearSDE(np.eye(2, dtype=bool))
+    with pytest.raises(TypeError, match=r"^A must be a float or int tensor, got .* dtype torch.complex64"):
+        LinearSDE(torch.eye(2, dtype=torch.complex64))
+    with pytest.raises(ValueError, match=r"^A must have 2 dimension\(s\), got torch.Tensor of shape \(4,\)"):
+        LinearSDE(np.zeros(4))
+    a = LinearSDE([[0, 1], [-2, -3]]).A
+    assert a.dtype == torch.float64 and a.tolist() == [[0.0, 1.0], [-2.0, -3.0]]
+
+
 def test_non_pd_R_and_non_psd_P0_raise() -> None:
     with pytest.raises(ValueError, match="R must be positive definite"):
         Sensor([1.0, 0.0], -0.1)

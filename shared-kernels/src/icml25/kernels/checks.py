@@ -34,6 +34,7 @@ __all__ = [
     "check_fitted",
     "check_float",
     "check_int",
+    "check_ints",
     "check_same_length",
     "check_sklearn_array",
     "check_tensor",
@@ -80,6 +81,26 @@ def check_int(value: object, name: str, *, low: int | None = None, high: int | N
     if (low is not None and v < low) or (high is not None and v > high):
         raise ValueError(f"{name} must be {expected}, got {v}")
     return v
+
+
+def check_ints(
+    value: object, name: str, *, length: int | None = None, low: int | None = None, high: int | None = None
+) -> tuple[int, ...]:
+    """``value`` (a tuple or list of ints, ``length`` of them if given) as a tuple of Python ``int``, each in
+    ``[low, high]`` (either bound optional); entries follow :func:`check_int` (``bool`` and floats rejected).
+
+    Raises:
+        TypeError: not a tuple or list of integers, or not ``length`` of them.
+        ValueError: an entry is outside ``[low, high]`` (the message names it as ``name[i]``).
+    """
+    expected = f"a tuple of {'' if length is None else f'{length} '}ints"
+    if (
+        not isinstance(value, (tuple, list))
+        or (length is not None and len(value) != length)
+        or any(isinstance(v, bool) or not isinstance(v, numbers.Integral) for v in value)
+    ):
+        raise TypeError(f"{name} must be {expected}, got {_describe(value)}")
+    return tuple(check_int(v, f"{name}[{i}]", low=low, high=high) for i, v in enumerate(value))
 
 
 def check_float(
@@ -172,6 +193,16 @@ def _check_dtype(
         raise TypeError(f"{name} must be a {' or '.join(families)} {noun}, got {what}")
 
 
+def _all_finite(value: torch.Tensor) -> bool:
+    """No NaN or ±inf in a floating or complex tensor. Real tensors take one ``aminmax`` pass (NaN propagates to
+    the extremes, ±inf shows in them), several times faster than ``isfinite(x).all()`` on large tensors."""
+    value = value.detach()
+    if value.is_complex():
+        return bool(torch.isfinite(value).all())
+    lo, hi = torch.aminmax(value)
+    return bool(torch.isfinite(lo) & torch.isfinite(hi))
+
+
 def check_tensor(
     value: object,
     name: str,
@@ -210,7 +241,7 @@ def check_tensor(
         raise ValueError(f"{name} must not be empty, got {what}")
     if not value.numel():
         return value
-    if finite and (value.is_floating_point() or value.is_complex()) and not bool(torch.isfinite(value).all()):
+    if finite and (value.is_floating_point() or value.is_complex()) and not _all_finite(value):
         n_nan, n_inf = int(torch.isnan(value).sum()), int(torch.isinf(value).sum())
         raise ValueError(
             f"{name} must be finite (no NaN or inf), got {n_nan} NaN and {n_inf} inf values in {what}"

@@ -149,12 +149,11 @@ def _check_groups(groups: Any, n: int, name: str = "groups") -> tuple[np.ndarray
     return codes.astype(np.int64).reshape(-1), labels
 
 
-def _check_seed(seed: Any) -> np.random.Generator:
-    if isinstance(seed, np.random.Generator):
-        return seed
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0):
-        raise TypeError(f"seed must be None, a non-negative int or a numpy Generator, got {seed!r}")
-    return np.random.default_rng(seed)
+def _rng(seed: Any) -> np.random.Generator:
+    """``seed`` if it is a numpy Generator, else a new one from None or a non-negative int."""
+    if seed is None or isinstance(seed, np.random.Generator):
+        return np.random.default_rng(seed)
+    return np.random.default_rng(check_int(seed, "seed (None, an int or a numpy Generator)", low=0))
 
 
 def _check_points(X: Any, name: str = "X") -> np.ndarray:
@@ -619,7 +618,7 @@ def build_fair_coreset(
     p = _params(n, k, eps, z, samples_per_ring, ball_size, n_candidates, n_seed_samples, resolve_budget,
                 collapse_budget, assign)  # fmt: skip
     strong, weak = _check_oracle(strong, "strong"), _check_oracle(weak, "weak")
-    rng = _check_seed(seed)
+    rng = _rng(seed)
     s0, w0 = strong.n_queries, weak.n_queries
 
     # 1. constant-factor centres from the strong sample S
@@ -848,7 +847,7 @@ def uniform_coreset(
         raise ValueError("indices must hold at least one point id, got an empty array")
     codes, labels = _check_groups(groups, ids.size)
     size = check_int(size, "size", low=1, high=ids.size)
-    pick = np.sort(_check_seed(seed).choice(ids.size, size=size, replace=False))
+    pick = np.sort(_rng(seed).choice(ids.size, size=size, replace=False))
     return Coreset(ids[pick], np.full(size, ids.size / size), labels[codes[pick]])
 
 

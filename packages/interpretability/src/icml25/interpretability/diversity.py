@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from icml25.kernels.checks import check_array
+
 __all__ = [
     "APD",
     "Bottleneck",
@@ -49,24 +51,10 @@ BRUTE_FORCE_MAX_N = 14
 
 
 def _as_float_array(x: Any, name: str) -> np.ndarray:
+    """A real array-like (a tensor, bools and ints included) as a float64 array; finiteness is checked apart."""
     if hasattr(x, "detach"):  # torch tensor
         x = x.detach().cpu().numpy()
-    if isinstance(x, (str, bytes)) or x is None:
-        raise TypeError(f"{name} must be a numeric array, got {type(x).__name__}")
-    arr = np.asarray(x)
-    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
-        raise TypeError(f"{name} must be a numeric array, got dtype {arr.dtype}")
-    if np.iscomplexobj(arr):
-        raise TypeError(f"{name} must be real, got dtype {arr.dtype}")
-    return arr.astype(np.float64)
-
-
-def _check_finite(arr: np.ndarray, name: str) -> None:
-    if not np.all(np.isfinite(arr)):
-        n_nan, n_inf = int(np.isnan(arr).sum()), int(np.isinf(arr).sum())
-        raise ValueError(
-            f"{name} must be finite; got {n_nan} NaN and {n_inf} Inf values in an array of shape {arr.shape}"
-        )
+    return check_array(x, name, dtype=("float", "int", "bool"), finite=False).astype(np.float64)
 
 
 def pairwise(X: Any, metric: str | Callable[..., float] = "euclidean") -> np.ndarray:
@@ -80,7 +68,7 @@ def pairwise(X: Any, metric: str | Callable[..., float] = "euclidean") -> np.nda
         raise ValueError(f"X must be points of shape (n, p), got shape {arr.shape}")
     if arr.shape[0] < 2 or arr.shape[1] < 1:
         raise ValueError(f"X must hold at least 2 points of dimension >= 1, got shape {arr.shape}")
-    _check_finite(arr, "X")
+    check_array(arr, "X")
     if not (isinstance(metric, str) or callable(metric)):
         raise TypeError(f"metric must be a metric name or a callable, got {type(metric).__name__}")
     from sklearn.metrics import pairwise_distances
@@ -172,7 +160,7 @@ def distance_matrix(
         )
     if arr.shape[0] < 2:
         raise ValueError(f"X must hold at least 2 points, got a distance matrix of shape {arr.shape}")
-    _check_finite(arr, "X")
+    check_array(arr, "X")
     if not isinstance(tol, (int, float)) or not math.isfinite(tol) or tol < 0:
         raise ValueError(f"tol must be a finite number >= 0, got {tol!r}")
     if check_metric:
@@ -366,7 +354,7 @@ def vendi_from_kernel(K: Any) -> float:
     K = _as_float_array(K, "K")
     if K.ndim != 2 or K.shape[0] != K.shape[1] or K.shape[0] < 1:
         raise ValueError(f"K must be a square (n, n) matrix, got shape {K.shape}")
-    _check_finite(K, "K")
+    check_array(K, "K")
     if not np.allclose(K, K.T, atol=1e-9):
         raise ValueError("K must be symmetric")
     if not np.allclose(np.diag(K), 1.0, atol=1e-9):

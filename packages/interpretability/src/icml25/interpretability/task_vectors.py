@@ -52,6 +52,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from icml25.kernels.checks import check_tensor
 from icml25.kernels.rng import isolated_rng, make_generator
 
 __all__ = [
@@ -162,22 +163,13 @@ def _shape(x: Any) -> str:
 
 
 def _check_vector(vector: Any, d: int, name: str = "vector") -> Tensor:
-    if not isinstance(vector, Tensor):
-        raise TypeError(
-            f"{name} must be a torch.Tensor [d] or [B, d] with d = {d}, got {type(vector).__name__}"
-        )
-    if not vector.is_floating_point():
-        raise TypeError(f"{name} must be a floating tensor, got dtype {vector.dtype}")
-    if vector.ndim not in (1, 2) or vector.shape[-1] != d or vector.numel() == 0:
+    """A finite floating tensor [d] or [B, d] (d: the model's hidden size), not empty."""
+    vector = check_tensor(vector, name, ndim=(1, 2), finite=False)
+    if vector.shape[-1] != d or vector.numel() == 0:
         raise ValueError(
             f"{name} must have shape [d] or [B, d] with d = {d} (the model's hidden size), got {tuple(vector.shape)}"
         )
-    if not bool(torch.isfinite(vector).all()):
-        bad = int((~torch.isfinite(vector)).sum())
-        raise ValueError(
-            f"{name} must be finite; got {bad} non-finite values in a tensor of shape {tuple(vector.shape)}"
-        )
-    return vector
+    return check_tensor(vector, name)
 
 
 def _positions(position: Any, B: int, T: int, name: str = "position") -> Tensor:

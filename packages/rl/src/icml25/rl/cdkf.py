@@ -37,6 +37,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from icml25.kernels.checks import check_array, check_int, check_tensor
 from icml25.kernels.optim import Adam
 
 __all__ = [
@@ -67,43 +68,18 @@ ArrayLike = torch.Tensor | np.ndarray | Sequence[float] | float
 
 
 # ------------------------------------------------------------------------------------------ validation
-def _tensor(x: object, name: str, ndim: int | tuple[int, ...], *, allow_empty: bool = False) -> torch.Tensor:
-    """``x`` as a float64 tensor (keeps autograd) with a checked rank, size, finiteness and magnitude."""
+def _real_tensor(
+    x: object, name: str, ndim: int | tuple[int, ...], *, allow_empty: bool = False
+) -> torch.Tensor:
+    """``x`` (real float or integer) as a float64 tensor (keeps autograd) with a checked rank, size, finiteness
+    and magnitude (at most ``MAX_ABS``: beyond it the float64 Riccati products overflow)."""
     if isinstance(x, torch.Tensor):
-        t = x
-        if t.dtype == torch.bool or t.is_complex():
-            raise TypeError(f"{name} must be a real float or integer tensor; got dtype {t.dtype}")
+        check_tensor(x, name, dtype=("float", "int"), finite=False)
     else:
-        if isinstance(x, (str, bytes)) or x is None:
-            raise TypeError(f"{name} must be a real numeric array; got {type(x).__name__}")
-        try:
-            arr = np.asarray(x)
-        except Exception as exc:  # ragged lists and the like
-            raise TypeError(f"{name} must be a real numeric array; got {type(x).__name__}") from exc
-        if arr.dtype.kind not in "iuf":
-            raise TypeError(f"{name} must be a real numeric array; got dtype {arr.dtype}")
-        t = torch.from_numpy(np.array(arr, dtype=np.float64))
-    t = t.to(_DT)
-    dims = (ndim,) if isinstance(ndim, int) else ndim
-    if t.ndim not in dims:
-        raise ValueError(
-            f"{name} must have {' or '.join(map(str, dims))} dimension(s); got shape {tuple(t.shape)}"
+        x = torch.from_numpy(
+            np.array(check_array(x, name, dtype=("float", "int"), finite=False), dtype=np.float64)
         )
-    if not allow_empty and t.numel() == 0:
-        raise ValueError(f"{name} must not be empty; got shape {tuple(t.shape)}")
-    finite = torch.isfinite(t.detach())
-    if not bool(finite.all()):
-        n_nan = int(torch.isnan(t.detach()).sum())
-        raise ValueError(
-            f"{name} must be finite; got {n_nan} NaN and {int((~finite).sum()) - n_nan} Inf values in a tensor "
-            f"of shape {tuple(t.shape)}"
-        )
-    if t.numel() and float(t.detach().abs().max()) > MAX_ABS:
-        raise ValueError(
-            f"{name} entries must be at most {MAX_ABS:g} in magnitude (float64 Riccati products overflow); "
-            f"got max |{name}| = {float(t.detach().abs().max()):.3g}"
-        )
-    return t
+    return check_tensor(x.to(_DT), name, ndim=ndim, non_empty=not allow_empty, max_abs=MAX_ABS)
 
 
 def _scalar(x: object, name: str, *, positive: bool = False, nonneg: bool = False) -> float:
@@ -129,14 +105,6 @@ def _scalar(x: object, name: str, *, positive: bool = False, nonneg: bool = Fals
     return v
 
 
-def _int(x: object, name: str, lo: int = 1) -> int:
-    if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
-        raise TypeError(f"{name} must be an int; got {type(x).__name__}")
-    if int(x) < lo:
-        raise ValueError(f"{name} must be >= {lo}; got {int(x)}")
-    return int(x)
-
-
 def _check_cov(P: torch.Tensor, name: str, *, definite: bool) -> None:
     """Symmetric positive (semi)definite within float tolerance, else ``ValueError`` naming ``name``."""
     Pd = P.detach()
@@ -154,7 +122,7 @@ def _check_cov(P: torch.Tensor, name: str, *, definite: bool) -> None:
 
 
 def _time_grid(t_grid: ArrayLike, name: str = "t_grid") -> torch.Tensor:
-    t = _tensor(t_grid, name, 1)
+    t = _real_tensor(t_grid, name, 1)
     if t.numel() < 2:
         raise ValueError(f"{name} must have at least 2 points; got {t.numel()}")
     if not bool((t[1:] > t[:-1]).all()):
@@ -165,7 +133,7 @@ def _time_grid(t_grid: ArrayLike, name: str = "t_grid") -> torch.Tensor:
 
 
 def _rates(rates: ArrayLike, n_steps: int, n_sensors: int, name: str = "rates") -> torch.Tensor:
-    r = _tensor(rates, name, (1, 2))
+    r = _real_tensor(rates, name, (1, 2))
     if r.ndim == 1:
         r = r[:, None]
     if r.shape != (n_steps, n_sensors):
@@ -194,15 +162,15 @@ class LinearSDE:
     """``dx = A x dt + L dβ`` with ``E[dβ dβᵀ] = Qc dt``; ``A`` ``(n, n)``, ``L`` ``(n, s)``, ``Qc`` ``(s, s)``."""
 
     def __init__(self, A: ArrayLike, L: ArrayLike | None = None, Qc: ArrayLike | None = None) -> None:
-        A_t = _tensor(A, "A", 2).detach()
+        A_t = _real_tensor(A, "A", 2).detach()
         if A_t.shape[0] != A_t.shape[1]:
             raise ValueError(f"A must be square (n, n); got shape {tuple(A_t.shape)}")
         n = A_t.shape[0]
-        L_t = torch.eye(n, dtype=_DT) if L is None else _tensor(L, "L", 2).detach()
+        L_t = torch.eye(n, dtype=_DT) if L is None else _real_tensor(L, "L", 2).detach()
         if L_t.shape[0] != n:
             raise ValueError(f"L must have n = {n} rows (shape (n, s)); got shape {tuple(L_t.shape)}")
         s = L_t.shape[1]
-        Qc_t = torch.eye(s, dtype=_DT) if Qc is None else _tensor(Qc, "Qc", (0, 2)).detach()
+        Qc_t = torch.eye(s, dtype=_DT) if Qc is None else _real_tensor(Qc, "Qc", (0, 2)).detach()
         if Qc_t.ndim == 0:
             Qc_t = Qc_t.reshape(1, 1)
         if Qc_t.shape != (s, s):
@@ -231,7 +199,7 @@ class LinearSDE:
     def discretize(self, dt: float | ArrayLike) -> tuple[torch.Tensor, torch.Tensor]:
         """Exact transition ``F = exp(A dt)`` and process covariance ``Qd = ∫_0^dt e^{As} Q e^{Aᵀs} ds``
         by Van Loan's block exponential. ``dt`` a number or a ``(K,)`` array (then ``(K, n, n)`` outputs)."""
-        d = _tensor(dt, "dt", (0, 1))
+        d = _real_tensor(dt, "dt", (0, 1))
         if bool((d < 0).any()):
             raise ValueError(f"dt must be >= 0; got min {float(d.min()):.3g}")
         F, Qd = _van_loan(self.A, self.Q, d.reshape(-1))
@@ -278,7 +246,7 @@ class Sensor:
         cost: float = 0.0,
         name: str | None = None,
     ) -> None:
-        H_t = _tensor(H, "H", (1, 2)).detach()
+        H_t = _real_tensor(H, "H", (1, 2)).detach()
         self.H = H_t[None, :] if H_t.ndim == 1 else H_t
         self.cost = _scalar(cost, "cost", nonneg=True)
         self.name = name
@@ -287,7 +255,7 @@ class Sensor:
             self._R: torch.Tensor | None = None
             self._R_fn: Callable[[torch.Tensor], torch.Tensor] | None = R
         else:
-            R_t = _tensor(R, "R", (0, 1, 2)).detach()
+            R_t = _real_tensor(R, "R", (0, 1, 2)).detach()
             R_t = R_t.reshape(1, 1) if R_t.numel() == 1 and m == 1 else R_t
             if R_t.ndim != 2 or R_t.shape != (m, m):
                 raise ValueError(
@@ -359,14 +327,14 @@ class AuxDynamics:
     def __post_init__(self) -> None:
         if not callable(self.g):
             raise TypeError(f"g must be callable g(u, w) -> du/dt; got {type(self.g).__name__}")
-        self.u0 = _tensor(self.u0, "u0", (0, 1)).detach().reshape(-1)
-        self.w_dim = _int(self.w_dim, "w_dim")
+        self.u0 = _real_tensor(self.u0, "u0", (0, 1)).detach().reshape(-1)
+        self.w_dim = check_int(self.w_dim, "w_dim", low=1)
 
     @classmethod
     def integrator(cls, u0: ArrayLike, control_cost: float = 0.1) -> AuxDynamics:
         """``du/dt = w`` (a movable sensor position) with cost ``control_cost · |w|²``."""
         c = _scalar(control_cost, "control_cost", nonneg=True)
-        u = _tensor(u0, "u0", (0, 1)).detach().reshape(-1)
+        u = _real_tensor(u0, "u0", (0, 1)).detach().reshape(-1)
         return cls(lambda _u, w: w, u, int(u.numel()), lambda _u, w: c * (w * w).sum())
 
 
@@ -388,7 +356,7 @@ def aux_trajectory(aux: AuxDynamics, controls: ArrayLike, t_grid: ArrayLike) -> 
     if not isinstance(aux, AuxDynamics):
         raise TypeError(f"aux must be an AuxDynamics; got {type(aux).__name__}")
     t = _time_grid(t_grid)
-    w = _tensor(controls, "controls", (1, 2))
+    w = _real_tensor(controls, "controls", (1, 2))
     w = w[:, None] if w.ndim == 1 else w
     if w.shape != (t.numel() - 1, aux.w_dim):
         raise ValueError(
@@ -414,10 +382,10 @@ def _aux_rk4(aux: AuxDynamics, w: torch.Tensor, t: torch.Tensor) -> torch.Tensor
 # ------------------------------------------------------------------------------------- the Kalman step
 def kalman_update(P: ArrayLike, H: ArrayLike, R: ArrayLike) -> torch.Tensor:
     """The update map ``U(P) = P − P Hᵀ (H P Hᵀ + R)⁻¹ H P`` (Joseph-stabilised, symmetrised), ``(n, n)``."""
-    P_t = _tensor(P, "P", 2)
-    H_t = _tensor(H, "H", (1, 2))
+    P_t = _real_tensor(P, "P", 2)
+    H_t = _real_tensor(H, "H", (1, 2))
     H_t = H_t[None, :] if H_t.ndim == 1 else H_t
-    R_t = _tensor(R, "R", (0, 1, 2))
+    R_t = _real_tensor(R, "R", (0, 1, 2))
     R_t = R_t.reshape(1, 1) if R_t.numel() == 1 else R_t
     n, m = P_t.shape[0], H_t.shape[0]
     if P_t.shape != (n, n) or H_t.shape[1] != n or R_t.shape != (m, m):
@@ -677,7 +645,7 @@ def _integrate_bound(
 
 
 def _check_P0(P0: ArrayLike, n: int) -> torch.Tensor:
-    P = _tensor(P0, "P0", 2)
+    P = _real_tensor(P0, "P0", 2)
     if P.shape != (n, n):
         raise ValueError(f"P0 must have shape (n, n) = ({n}, {n}); got {tuple(P.shape)}")
     _check_cov(P, "P0", definite=False)
@@ -689,7 +657,7 @@ def _check_aux_traj(aux_traj: ArrayLike | None, sensors: list[Sensor], n_points:
         if any(s.depends_on_aux for s in sensors):
             raise ValueError("aux_traj must be given: a sensor's R depends on the auxiliary state")
         return None
-    u = _tensor(aux_traj, "aux_traj", (1, 2))
+    u = _real_tensor(aux_traj, "aux_traj", (1, 2))
     u = u[:, None] if u.ndim == 1 else u
     if u.shape[0] != n_points:
         raise ValueError(
@@ -735,7 +703,7 @@ def mean_cov_bound(
     lam = _rates(rates, t.numel() - 1, len(sens))
     P = _check_P0(P0, sde.n)
     u = _check_aux_traj(aux_traj, sens, t.numel())
-    sub = _int(substeps, "substeps")
+    sub = check_int(substeps, "substeps", low=1)
     _warn_unstable(sde.A, float(t[-1] - t[0]))
     return _integrate_bound(sde, sens, lam, t, P, u, sub)
 
@@ -756,7 +724,7 @@ class ObjectiveTerms(NamedTuple):
 def _weights(W: ArrayLike | None, n: int, name: str, default_eye: bool) -> torch.Tensor:
     if W is None:
         return torch.eye(n, dtype=_DT) if default_eye else torch.zeros(n, n, dtype=_DT)
-    Wt = _tensor(W, name, 2).detach()
+    Wt = _real_tensor(W, name, 2).detach()
     if Wt.shape != (n, n):
         raise ValueError(f"{name} must have shape (n, n) = ({n}, {n}); got {tuple(Wt.shape)}")
     _check_cov(Wt, name, definite=False)
@@ -767,7 +735,7 @@ def _time_weight(time_weight: ArrayLike | Callable | None, t: torch.Tensor) -> t
     if time_weight is None:
         return torch.ones_like(t)
     tw = time_weight(t) if callable(time_weight) else time_weight
-    w = _tensor(tw, "time_weight", 1).detach()
+    w = _real_tensor(tw, "time_weight", 1).detach()
     if w.shape != t.shape:
         raise ValueError(f"time_weight must have shape (M+1,) = ({t.numel()},); got {tuple(w.shape)}")
     if bool((w < 0).any()):
@@ -843,7 +811,7 @@ def control_objective(
         w = (
             torch.zeros(M, aux.w_dim, dtype=_DT)
             if aux_controls is None
-            else _tensor(aux_controls, "aux_controls", (1, 2))
+            else _real_tensor(aux_controls, "aux_controls", (1, 2))
         )
         w = w[:, None] if w.ndim == 1 else w
         if w.shape != (M, aux.w_dim):
@@ -854,7 +822,7 @@ def control_objective(
     _warn_unstable(sde.A, float(t[-1] - t[0]))
     return _objective(
         sde, sens, lam, t, P, _weights(W, sde.n, "W", True), _weights(W_T, sde.n, "W_T", False),
-        _time_weight(time_weight, t), aux, w, _int(substeps, "substeps"),
+        _time_weight(time_weight, t), aux, w, check_int(substeps, "substeps", low=1),
     )  # fmt: skip
 
 
@@ -920,24 +888,24 @@ def optimize_rates(
     sens = _check_sensors(sensors, sde.n)
     S = len(sens)
     T_ = _scalar(T, "T", positive=True)
-    lm = _tensor(lam_max, "lam_max", (0, 1)).detach().reshape(-1)
+    lm = _real_tensor(lam_max, "lam_max", (0, 1)).detach().reshape(-1)
     if lm.numel() == 1:
         lm = lm.expand(S).clone()
     if lm.numel() != S:
         raise ValueError(f"lam_max must be a number or one value per sensor ({S}); got {lm.numel()} values")
     if bool((lm <= 0).any()):
         raise ValueError(f"lam_max must be > 0; got {lm.tolist()}")
-    M_ = _int(M, "M")
-    steps_ = _int(steps, "steps", lo=0)
+    M_ = check_int(M, "M", low=1)
+    steps_ = check_int(steps, "steps", low=0)
     lr_ = _scalar(lr, "lr", positive=True)
     l2_ = _scalar(l2, "l2", nonneg=True)
     r0 = _scalar(init_rate, "init_rate", positive=True)
     if bool((lm <= r0).any()):
         raise ValueError(f"init_rate must be below lam_max ({lm.min().item():g}); got {r0}")
-    pieces = M_ if n_pieces is None else _int(n_pieces, "n_pieces")
+    pieces = M_ if n_pieces is None else check_int(n_pieces, "n_pieces", low=1)
     if M_ % pieces:
         raise ValueError(f"n_pieces must divide M = {M_}; got {pieces}")
-    sub = _int(substeps, "substeps")
+    sub = check_int(substeps, "substeps", low=1)
     prune_ = _scalar(prune, "prune", nonneg=True)
     if P0 is None:
         try:
@@ -997,7 +965,7 @@ def optimize_rates(
 # ------------------------------------------------------------------------------------------ schedules
 def _rates_np(rates: ArrayLike, t_grid: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     t = _time_grid(t_grid).numpy()
-    r = _tensor(rates, "rates", (1, 2))
+    r = _real_tensor(rates, "rates", (1, 2))
     S = 1 if r.ndim == 1 else r.shape[1]
     return _rates(r, t.size - 1, S).detach().numpy(), t
 
@@ -1066,7 +1034,7 @@ def _check_times(
         )
     out = []
     for i, ti in enumerate(times):
-        a = _tensor(ti, f"{name}[{i}]", 1, allow_empty=True).numpy()
+        a = _real_tensor(ti, f"{name}[{i}]", 1, allow_empty=True).numpy()
         if a.size and (a.min() < t0 or (t1 is not None and a.max() > t1)):
             raise ValueError(
                 f"{name}[{i}] must lie in [{t0:g}, {t1 if t1 is not None else math.inf:g}]; got range [{a.min():g}, {a.max():g}]"
@@ -1197,14 +1165,14 @@ def cdkf_filter(
         raise ValueError(f"ys must be a list of {len(sens)} arrays (one per sensor); got {type(ys).__name__}")
     yl = []
     for i, (yi, ti) in enumerate(zip(ys, tl, strict=True)):
-        a = _tensor(yi, f"ys[{i}]", (1, 2), allow_empty=True).numpy()
+        a = _real_tensor(yi, f"ys[{i}]", (1, 2), allow_empty=True).numpy()
         a = a.reshape(-1, 1) if a.ndim == 1 else a
         if a.shape != (ti.size, sens[i].m):
             raise ValueError(
                 f"ys[{i}] must have shape (k_i, m_i) = ({ti.size}, {sens[i].m}) (k_i = len(times[{i}])); got {a.shape}"
             )
         yl.append(a)
-    m = _tensor(m0, "m0", 1).numpy()
+    m = _real_tensor(m0, "m0", 1).numpy()
     if m.shape != (sde.n,):
         raise ValueError(f"m0 must have shape (n,) = ({sde.n},); got {m.shape}")
     P = _check_P0(P0, sde.n).detach().numpy()
@@ -1280,14 +1248,14 @@ def monte_carlo(
             f"t_eval must lie within t_grid's range [{t[0]:g}, {t[-1]:g}]; got [{te[0]:g}, {te[-1]:g}]"
         )
     P = _check_P0(P0, sde.n).detach().numpy()
-    runs = _int(n_runs, "n_runs")
+    runs = check_int(n_runs, "n_runs", low=1)
     if schedule not in ("poisson", "deterministic"):
         raise ValueError(f"schedule must be 'poisson' or 'deterministic'; got {schedule!r}")
     u = _check_aux_traj(aux_traj, sens, t.size)
     path = None if u is None else AuxPath(t, u.detach().numpy())
     Wn = _weights(W, sde.n, "W", True).numpy()
     _warn_unstable(sde.A, float(t[-1] - t[0]))
-    rng = np.random.default_rng(_int(seed, "seed", lo=0))
+    rng = np.random.default_rng(check_int(seed, "seed", low=0))
     det = deterministic_schedule(r, t, offset) if schedule == "deterministic" else None
     grid = te[te > t[0]]
     traces, errs, counts = [], [], []

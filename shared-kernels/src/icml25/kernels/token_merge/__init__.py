@@ -21,13 +21,12 @@ Forward only (the selection is discrete; token merging is an inference-time meth
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import torch
 
 from icml25.kernels._dispatch import select_backend
-from icml25.kernels.checks import check_int
+from icml25.kernels.checks import check_float, check_int, check_tensor
 from icml25.kernels.token_merge.reference import (
     bipartite_soft_matching_2d_reference,
     facility_location_bruteforce,
@@ -56,34 +55,12 @@ MAX_TRITON_TILE = 256
 
 
 # ----------------------------------------------------------------------------------------- validation
-def _check_tokens(name: str, x: object, form: str = "[G, n, C]") -> torch.Tensor:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor {form}, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor {form}, got dtype {x.dtype}")
-    if x.ndim != 3:
-        raise ValueError(f"{name} must be 3-D {form}, got shape {tuple(x.shape)}")
+def _tokens(name: str, x: object, form: str = "[G, n, C]") -> torch.Tensor:
+    """A floating tensor ``form`` (3-D) with C >= 1 features (finiteness is checked apart, on request)."""
+    x = check_tensor(x, name, ndim=3, finite=False)
     if x.shape[2] == 0:
-        raise ValueError(f"{name} must have at least one feature (C >= 1), got shape {tuple(x.shape)}")
+        raise ValueError(f"{name} {form} must have at least one feature (C >= 1), got shape {tuple(x.shape)}")
     return x
-
-
-def _check_finite(name: str, x: torch.Tensor) -> None:
-    if x.numel() and not bool(torch.isfinite(x).all()):
-        n_nan = int(torch.isnan(x).sum())
-        n_inf = int(torch.isinf(x).sum())
-        raise ValueError(
-            f"{name} must be finite; got {n_nan} NaN and {n_inf} Inf values in a tensor of shape "
-            f"{tuple(x.shape)} (pass check_finite=False to skip this check)"
-        )
-
-
-def _check_scale(scale: object) -> float:
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
-        raise TypeError(f"scale must be a positive float (softmax temperature), got {scale!r}")
-    if not (math.isfinite(scale) and scale > 0):
-        raise ValueError(f"scale must be a finite float > 0 (softmax temperature τ), got {scale}")
-    return float(scale)
 
 
 def _check_idx(dst_idx: object, x: torch.Tensor) -> torch.Tensor:
@@ -115,7 +92,7 @@ def _check_idx(dst_idx: object, x: torch.Tensor) -> torch.Tensor:
 def _check_values(values: object, x: torch.Tensor) -> torch.Tensor:
     if values is None:
         return x
-    v = _check_tokens("values", values, "[G, n, Cv]")
+    v = _tokens("values", values, "[G, n, Cv]")
     if v.shape[:2] != x.shape[:2]:
         raise ValueError(
             f"values must have the leading dims [G, n] = {list(x.shape[:2])} of x, got shape {tuple(v.shape)}"
@@ -147,12 +124,12 @@ def facility_location_greedy(
     Returns:
         int64 ``[G, k]`` token indices in selection order (distinct within a group).
     """
-    x = _check_tokens("x", x)
+    x = _tokens("x", x)
     k = check_int(k, "k", low=1)
     if k > x.shape[1]:
         raise ValueError(f"k = {k} exceeds the number of tokens per group n = {x.shape[1]} (x.shape[1])")
     if check_finite:
-        _check_finite("x", x)
+        check_tensor(x, "x", dtype=None)
     which = select_backend(x, backend=backend)
     if which == "triton" and x.shape[0]:
         if x.shape[1] > MAX_TRITON_TILE:
@@ -173,9 +150,9 @@ def facility_location_objective(
 
     Returns float32 ``[G]`` (torch ops only).
     """
-    x = _check_tokens("x", x)
+    x = _tokens("x", x)
     if check_finite:
-        _check_finite("x", x)
+        check_tensor(x, "x", dtype=None)
     return facility_location_objective_reference(x, _idx_named(idx, x))
 
 
@@ -211,14 +188,14 @@ def tile_soft_merge(
         ``(merged [G, d, Cv] in values' dtype, A [G, d, n] float32)``; each column of ``A`` sums to 1, so
         :func:`soft_unmerge` (``Aᵀ y``) is a convex combination of destinations for every token.
     """
-    x = _check_tokens("x", x)
+    x = _tokens("x", x)
     idx = _check_idx(dst_idx, x)
     v = _check_values(values, x)
-    tau = _check_scale(scale)
+    tau = check_float(scale, "scale", low=0.0, low_open=True)
     if check_finite:
-        _check_finite("x", x)
+        check_tensor(x, "x", dtype=None)
         if values is not None:
-            _check_finite("values", v)
+            check_tensor(v, "values", dtype=None)
     which = select_backend(x, v, idx, backend=backend)
     if which == "triton" and x.shape[0]:
         if max(x.shape[1], idx.shape[1]) > MAX_TRITON_TILE:
@@ -260,11 +237,11 @@ def soft_merge_matrices(
 ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """The explicit merge and unmerge matrices ``M = A / rowsum(A)`` ``[G, d, n]`` (rows sum to 1) and
     ``U = Aᵀ`` ``[G, n, d]`` (rows sum to 1), float32; arguments as :func:`tile_soft_merge`."""
-    x = _check_tokens("x", x)
+    x = _tokens("x", x)
     idx = _check_idx(dst_idx, x)
-    tau = _check_scale(scale)
+    tau = check_float(scale, "scale", low=0.0, low_open=True)
     if check_finite:
-        _check_finite("x", x)
+        check_tensor(x, "x", dtype=None)
     # values = an empty feature axis would be rejected; the merge of the identity is not needed for A
     _, A = tile_soft_merge(x, idx, x[..., :1], scale=tau, check_finite=False, backend=backend)
     return A / A.sum(dim=2, keepdim=True), A.transpose(1, 2)
@@ -299,7 +276,7 @@ def bipartite_soft_matching_2d(
         ``(merge, unmerge)`` closures; ``merge(x [B, N, c], mode="mean") -> [B, N − r, c]``,
         ``unmerge(y [B, N − r, c]) -> [B, N, c]``.
     """
-    metric = _check_tokens("metric", metric, "[B, N, C]")
+    metric = _tokens("metric", metric, "[B, N, C]")
     h, w = check_int(h, "h", low=1), check_int(w, "w", low=1)
     r = check_int(r, "r", low=0)
     sx, sy = check_int(sx, "sx", low=1), check_int(sy, "sy", low=1)
@@ -312,5 +289,5 @@ def bipartite_soft_matching_2d(
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
     if check_finite:
-        _check_finite("metric", metric)
+        check_tensor(metric, "metric", dtype=None)
     return bipartite_soft_matching_2d_reference(metric, h, w, sx, sy, r, no_rand=no_rand, generator=generator)

@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from icml25.kernels.checks import check_choice, check_float, check_ints, check_tensor
 from icml25.kernels.nn_match import METRICS, nearest_neighbor
 
 __all__ = [
@@ -65,39 +66,15 @@ MODES = ("replace", "mean")
 
 
 # ------------------------------------------------------------------------------------------ validation
-def _check_triple(name: str, value: object) -> tuple[int, int, int]:
-    if (
-        not isinstance(value, (tuple, list))
-        or len(value) != 3
-        or any(isinstance(v, bool) or not isinstance(v, int) for v in value)
-    ):
-        raise TypeError(f"{name} must be a tuple of 3 ints (frames, height, width), got {value!r}")
-    return int(value[0]), int(value[1]), int(value[2])
-
-
-def _check_ratio(name: str, ratio: object) -> float:
-    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)):
-        raise TypeError(f"{name} must be a float in [0, 1), got {ratio!r} ({type(ratio).__name__})")
-    if not (0.0 <= float(ratio) < 1.0):
-        raise ValueError(f"{name} must be in [0, 1) (fraction of tokens removed), got {ratio}")
-    return float(ratio)
-
-
-def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> str:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
-    return str(value)
+def _fraction(ratio: object, name: str) -> float:
+    """A fraction of tokens removed, in [0, 1)."""
+    return check_float(ratio, name, low=0.0, high=1.0, high_open=True)
 
 
 def _check_finite_tokens(name: str, x: torch.Tensor) -> None:
     """NaN/Inf, or squared norms that overflow float32 distances, would silently change every match."""
-    if not x.numel():
+    if not check_tensor(x, name, dtype=None).numel():
         return
-    if not bool(torch.isfinite(x).all()):
-        n_nan, n_inf = int(torch.isnan(x).sum()), int(torch.isinf(x).sum())
-        raise ValueError(
-            f"{name} must be finite; got {n_nan} NaN and {n_inf} Inf values in shape {tuple(x.shape)}"
-        )
     sq = float(x.double().square().sum(-1).max())
     if not sq < 1e37:
         raise ValueError(
@@ -106,9 +83,7 @@ def _check_finite_tokens(name: str, x: torch.Tensor) -> None:
 
 
 def _check_tokens(name: str, x: object, n: int) -> torch.Tensor:
-    if not isinstance(x, torch.Tensor) or not x.is_floating_point():
-        got = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
-        raise TypeError(f"{name} must be a floating-point torch.Tensor [..., N, C], got {got}")
+    x = check_tensor(x, name, finite=False)
     if x.ndim < 2:
         raise ValueError(f"{name} must have at least 2 dims [..., N, C], got shape {tuple(x.shape)}")
     if x.shape[-1] == 0:
@@ -160,7 +135,7 @@ def spatiotemporal_split(
     Raises:
         ValueError: a grid side < 1, or a stride side < 1 or larger than the grid side.
     """
-    grid, stride = _check_triple("grid", grid), _check_triple("stride", stride)
+    grid, stride = check_ints(grid, "grid", length=3), check_ints(stride, "stride", length=3)
     for i, (g, s) in enumerate(zip(grid, stride)):
         if g < 1:
             raise ValueError(f"grid must have sides >= 1, got {grid}")
@@ -213,7 +188,7 @@ def match_tokens(
     """
     if not isinstance(split, TokenSplit):
         raise TypeError(f"split must be a TokenSplit (spatiotemporal_split), got {type(split).__name__}")
-    metric = _check_choice("metric", metric, (*METRICS, "random"))
+    metric = check_choice(metric, "metric", (*METRICS, "random"))
     x = _check_tokens("x", x, split.n)
     _check_finite_tokens("x", x)
     dst = x.index_select(-2, split.dst_idx.to(x.device))
@@ -271,8 +246,8 @@ def reduce_tokens(
     their destination (``scatter_reduce`` mean, the destination included). ``match`` may have fewer
     leading dims than ``x`` (then it is broadcast, e.g. a per-batch matching applied to every head).
     """
-    ratio = _check_ratio("ratio", ratio)
-    mode = _check_choice("mode", mode, MODES)
+    ratio = _fraction(ratio, "ratio")
+    mode = check_choice(mode, "mode", MODES)
     x = _check_tokens("x", x, split.n)
     n_src, c = split.src_idx.numel(), x.shape[-1]
     n_keep = reduced_length(split.n, split.n_dst, ratio) - split.n_dst
@@ -381,7 +356,7 @@ class MatchCache:
         stride: tuple[int, int, int],
         metric: str = "euclidean",
     ) -> tuple[TokenSplit, MatchResult]:
-        grid = _check_triple("grid", grid)
+        grid = check_ints(grid, "grid", length=3)
         _check_tokens("x", x, math.prod(grid))
         hit = self._store.get(key)
         if hit is not None and hit[0] <= step < hit[0] + self.cache_steps:
@@ -443,8 +418,11 @@ def asymrnr_attention(
     Returns:
         ``[B, H, L, d]``, equal to plain attention when both ratios are 0.
     """
-    ratio_q, ratio_kv = _check_ratio("ratio_q", ratio_q), _check_ratio("ratio_kv", ratio_kv)
-    grid = _check_triple("grid", grid)
+    ratio_q, ratio_kv = (
+        _fraction(ratio_q, "ratio_q"),
+        _fraction(ratio_kv, "ratio_kv"),
+    )
+    grid = check_ints(grid, "grid", length=3)
     n = math.prod(grid)
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) or not t.is_floating_point():
@@ -523,7 +501,7 @@ def _thresholds(name: str, value: object) -> dict[int, float]:
     for t, r in value.items():
         if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t <= 9:
             raise ValueError(f"{name} must have int tiers in 0..9 as keys, got {t!r}")
-        out[t] = _check_ratio(f"{name}[{t}]", r)
+        out[t] = _fraction(r, f"{name}[{t}]")
     return out
 
 
@@ -550,7 +528,7 @@ class RnRSchedule:
         shape = None
         clean = {}
         for f, t in self.tiers.items():
-            _check_choice("tiers key", f, FEATURES)
+            check_choice(f, "tiers key", FEATURES)
             t = torch.as_tensor(t)
             if t.dtype.is_floating_point or t.dtype == torch.bool or t.ndim != 2:
                 raise ValueError(
@@ -573,7 +551,7 @@ class RnRSchedule:
         self.num_blocks, self.num_steps = shape
         self.thresholds = {f: _thresholds(f"thresholds[{f!r}]", v) for f, v in self.thresholds.items()}
         for f in self.thresholds:
-            _check_choice("thresholds key", f, FEATURES)
+            check_choice(f, "thresholds key", FEATURES)
 
     def ratio(self, feature: str, block: int, step: int) -> float:
         """The raw ratio of one feature (no conflict rule): max ratio over thresholds ≤ tier."""
@@ -651,7 +629,11 @@ class RedundancyRecorder:
     """
 
     def __init__(self, num_blocks: int, num_steps: int, stride=(2, 2, 2), seed: int = 0) -> None:
-        self.num_blocks, self.num_steps, self.stride = num_blocks, num_steps, _check_triple("stride", stride)
+        self.num_blocks, self.num_steps, self.stride = (
+            num_blocks,
+            num_steps,
+            check_ints(stride, "stride", length=3),
+        )
         self.stats = {
             f: torch.full((num_blocks, num_steps), float("nan"), dtype=torch.float64) for f in FEATURES
         }
@@ -660,8 +642,8 @@ class RedundancyRecorder:
     def record(
         self, feature: str, block: int, step: int, x: torch.Tensor, grid: tuple[int, int, int]
     ) -> float:
-        feature = _check_choice("feature", feature, FEATURES)
-        x = _check_tokens("x", x, math.prod(_check_triple("grid", grid)))
+        feature = check_choice(feature, "feature", FEATURES)
+        x = _check_tokens("x", x, math.prod(check_ints(grid, "grid", length=3)))
         if x.numel() == 0:
             raise ValueError(
                 f"x must hold at least one token sequence with features, got shape {tuple(x.shape)}"

@@ -34,11 +34,10 @@ from icml25.generative_models.asymrnr import (
     MatchCache,
     RedundancyRecorder,
     RnRSchedule,
-    _check_choice,
-    _check_triple,
     asymrnr_attention,
     warn_stuck_step,
 )
+from icml25.kernels.checks import check_choice, check_ints
 
 __all__ = [
     "AsymRnRProcessor",
@@ -195,8 +194,8 @@ def apply_asymrnr(
         )
     if schedule.thresholds.get("h"):
         raise ValueError("schedule thresholds must not include 'h': the processor reduces q and k/v only")
-    stride = _check_triple("stride", stride)
-    mode = _check_choice("mode", mode, ("replace", "mean"))
+    stride = check_ints(stride, "stride", length=3)
+    mode = check_choice(mode, "mode", ("replace", "mean"))
     state = AsymRnRState(schedule, stride, cache_steps, mode, metric, generator)
     _install(transformer, state)
     return state
@@ -242,7 +241,9 @@ def calibrate_asymrnr(
     decile schedule (:class:`~icml25.generative_models.asymrnr.RedundancyRecorder`)."""
     transformer = _check_model(transformer)
     rec = RedundancyRecorder(len(transformer.transformer_blocks), num_steps, stride, seed)
-    state = AsymRnRState(None, _check_triple("stride", stride), 1, "replace", "euclidean", None, recorder=rec)
+    state = AsymRnRState(
+        None, check_ints(stride, "stride", length=3), 1, "replace", "euclidean", None, recorder=rec
+    )
     _install(transformer, state)
     try:
         run()

@@ -33,7 +33,7 @@ from typing import Any, Literal
 import torch
 
 from icml25.kernels import token_merge as _tm
-from icml25.kernels.checks import check_int
+from icml25.kernels.checks import check_float, check_int, check_tensor
 
 __all__ = [
     "ToMAPlan",
@@ -52,29 +52,14 @@ Selection = Literal["facility_location", "random"]
 
 
 # ----------------------------------------------------------------------------------------- validation
-def _check_ratio(ratio: object) -> float:
-    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)):
-        raise TypeError(f"ratio must be a float in [0, 1), got {ratio!r} ({type(ratio).__name__})")
-    if not (math.isfinite(ratio) and 0.0 <= ratio < 1.0):
-        raise ValueError(f"ratio must lie in [0, 1) (the fraction of tokens removed), got {ratio}")
-    return float(ratio)
+def _ratio(ratio: object) -> float:
+    """The fraction of tokens removed, in [0, 1)."""
+    return check_float(ratio, "ratio", low=0.0, high=1.0, high_open=True)
 
 
-def _check_scale(name: str, scale: object) -> float:
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
-        raise TypeError(f"{name} must be a positive float, got {scale!r} ({type(scale).__name__})")
-    if not (math.isfinite(scale) and scale > 0):
-        raise ValueError(f"{name} must be a finite float > 0, got {scale}")
-    return float(scale)
-
-
-def _check_x(x: object, name: str = "x") -> torch.Tensor:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor [B, N, C], got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor [B, N, C], got dtype {x.dtype}")
-    if x.ndim != 3:
-        raise ValueError(f"{name} must be 3-D [B, N, C], got shape {tuple(x.shape)}")
+def _batch_tokens(x: object, name: str = "x") -> torch.Tensor:
+    """A floating tensor [B, N, C] with N >= 1 tokens and C >= 1 features (NaN is not checked here)."""
+    x = check_tensor(x, name, ndim=3, finite=False)
     if x.shape[1] == 0 or x.shape[2] == 0:
         raise ValueError(f"{name} must have N >= 1 tokens and C >= 1 features, got shape {tuple(x.shape)}")
     return x
@@ -129,7 +114,7 @@ def tile_tokens(
         ``(tiles [B, T, n, C], perm [N])`` with ``T = t²``, ``n = (H/t)(W/t)``, tiles in row-major order and
         tokens row-major within a tile: ``tiles.reshape(B, N, C) == x[:, perm]``.
     """
-    x = _check_x(x)
+    x = _batch_tokens(x)
     N = x.shape[1]
     H, W = _resolve_hw(hw, N)
     t = _tiles_per_side(num_tiles, H, W)
@@ -207,7 +192,7 @@ class ToMAPlan:
         return self.t * self.t * self.A.shape[1]
 
     def _check(self, x: object, n_tok: int, name: str) -> torch.Tensor:
-        x = _check_x(x, name)
+        x = _batch_tokens(x, name)
         if x.shape[0] != self.batch or x.shape[1] != n_tok:
             raise ValueError(
                 f"{name} must have shape [B, {n_tok}, C] with B = {self.batch} (the plan's), got {tuple(x.shape)}"
@@ -270,11 +255,11 @@ def toma_fns(
     Returns:
         :class:`ToMAPlan` with ``merge``, ``unmerge`` and ``log_sizes``.
     """
-    x = _check_x(x)
+    x = _batch_tokens(x)
     B, N, C = x.shape
     H, W = _resolve_hw(hw, N)
-    r = _check_ratio(ratio)
-    tau = _check_scale("scale", scale)
+    r = _ratio(ratio)
+    tau = check_float(scale, "scale", low=0.0, low_open=True)
     t = _tiles_per_side(num_tiles, H, W)
     if selection not in ("facility_location", "random"):
         raise ValueError(f"selection must be 'facility_location' or 'random', got {selection!r}")
@@ -317,9 +302,9 @@ def tomesd_fns(
     Returns:
         ``(merge, unmerge)``: ``merge(v [B, N, c], mode="mean") -> [B, N − r, c]``; ``unmerge`` the inverse.
     """
-    x = _check_x(x)
+    x = _batch_tokens(x)
     H, W = _resolve_hw(hw, x.shape[1])
-    r = int(x.shape[1] * _check_ratio(ratio))
+    r = int(x.shape[1] * _ratio(ratio))
     if not bool(torch.isfinite(x).all()):
         raise ValueError(f"x must be finite; got non-finite values in a tensor of shape {tuple(x.shape)}")
     gen = (
@@ -425,11 +410,11 @@ def apply_toma(
     Raises:
         TypeError: the model has no supported block. ValueError: bad settings.
     """
-    _check_ratio(ratio)
+    _ratio(ratio)
     check_int(num_tiles, "num_tiles", low=1)
     if math.isqrt(num_tiles) ** 2 != num_tiles:
         raise ValueError(f"num_tiles must be a perfect square (t × t tiles), got {num_tiles}")
-    _check_scale("attention_scale", attention_scale)
+    check_float(attention_scale, "attention_scale", low=0.0, low_open=True)
     check_int(min_tokens, "min_tokens", low=0)
     if not isinstance(proportional_attention, bool):
         raise TypeError(f"proportional_attention must be a bool, got {proportional_attention!r}")
