@@ -131,6 +131,27 @@ def test_check_tensor_form_and_messages() -> None:
         check_tensor(x, "x", dtype="floating")
 
 
+def test_check_tensor_binary_accepts_boolean_and_0_1_masks_of_any_family_and_names_other_entries() -> None:
+    families = ("bool", "int", "float")
+    for mask in (torch.tensor([True, False]), torch.tensor([0, 1]), torch.tensor([1.0, 0.0])):
+        assert check_tensor(mask, "mask", dtype=families, binary=True) is mask
+    for bad, shown in (
+        (torch.tensor([0, 2]), "2"),
+        (torch.tensor([1.0, 0.5]), "0.5"),
+        (torch.tensor([-1, 1]), "-1"),
+    ):
+        with pytest.raises(
+            ValueError,
+            match=rf"^mask must be boolean or hold only 0 and 1, got 1 other entries such as {shown}",
+        ):
+            check_tensor(bad, "mask", dtype=families, binary=True)
+    with pytest.raises(
+        ValueError, match="mask must be boolean or hold only 0 and 1"
+    ):  # NaN when finiteness is not asked
+        check_tensor(torch.tensor([1.0, float("nan")]), "mask", finite=False, binary=True)
+    assert check_tensor(torch.tensor([0.0, 2.0]), "x").tolist() == [0.0, 2.0]  # off by default
+
+
 def test_check_array_converts_array_likes_and_casts_nothing_silently() -> None:
     np.testing.assert_array_equal(check_array([[1.0, 2.0]], "X", ndim=2), [[1.0, 2.0]])
     with pytest.raises(

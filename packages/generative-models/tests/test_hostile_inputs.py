@@ -2230,3 +2230,24 @@ def test_imts_masked_mse_refuses_a_mask_that_is_not_0_or_1(bad: float) -> None:
     ref = gm.imts_masked_mse(pred, target, ok)
     assert torch.equal(gm.imts_masked_mse(pred, target, ok.bool()), ref)
     assert torch.equal(gm.imts_masked_mse(pred, target, ok.long()), ref)
+
+
+def test_imts_masked_mse_names_the_argument_of_a_wrong_kind_or_shape() -> None:
+    """Through icml25.kernels.checks: a wrong kind names its argument (was one message for all three)."""
+    pred, target, mask = torch.ones(2, 4, 3), torch.zeros(2, 4, 3), torch.ones(2, 4, 3)
+    with pytest.raises(TypeError, match=r"^target must be a torch\.Tensor, got numpy\.ndarray"):
+        gm.imts_masked_mse(pred, target.numpy(), mask)
+    with pytest.raises(TypeError, match=r"^mask must be a torch\.Tensor, got list"):
+        gm.imts_masked_mse(pred, target, mask.tolist())
+    with pytest.raises(
+        ValueError, match=r"^pred, target and mask must share a shape, got \(2, 4, 3\), \(2, 4\), "
+    ):
+        gm.imts_masked_mse(pred, target[..., 0], mask)
+    with pytest.raises(TypeError, match=r"^mask must be a bool or int or float tensor, got .*complex64"):
+        gm.imts_masked_mse(pred, target, mask.to(torch.complex64))
+
+
+@pytest.mark.parametrize("ratio", [1.0, -0.1, float("nan")])
+def test_vimts_mask_ratio_outside_0_1_is_refused_with_its_range(ratio: float) -> None:
+    with pytest.raises(ValueError, match=r"^mask_ratio must be a finite float in \[0\.0, 1\.0\), got "):
+        _p35_model().ssl_loss(_p35_batch(), ratio)

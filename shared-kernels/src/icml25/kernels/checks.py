@@ -214,6 +214,7 @@ def check_tensor(
     max_abs: float | None = None,
     device: torch.device | str | None = None,
     non_empty: bool = False,
+    binary: bool = False,
 ) -> torch.Tensor:
     """``value`` if it is a ``torch.Tensor`` of the given form.
 
@@ -225,10 +226,11 @@ def check_tensor(
         max_abs: reject entries with a larger magnitude (e.g. what a float16 kernel can hold).
         device: the device it must be on.
         non_empty: reject a tensor with no elements.
+        binary: reject entries other than 0 and 1 (a mask; a boolean tensor always passes).
 
     Raises:
         TypeError: not a tensor, or a dtype outside ``dtype``.
-        ValueError: wrong dimensions, shape or device; empty; non-finite or too-large entries.
+        ValueError: wrong dimensions, shape or device; empty; non-finite, too-large or non-binary entries.
     """
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {_describe(value)}")
@@ -250,6 +252,13 @@ def check_tensor(
         peak = float(value.detach().abs().max())
         if peak > max_abs:
             raise ValueError(f"{name} must have entries of magnitude <= {max_abs:g}, got max {peak:g}")
+    if binary and value.dtype != torch.bool:
+        bad = (value != 0) & (value != 1)
+        if bool(bad.any()):
+            raise ValueError(
+                f"{name} must be boolean or hold only 0 and 1, got {int(bad.sum())} other entries such as "
+                f"{value[bad].flatten()[0].item()!r} in {what}"
+            )
     return value
 
 

@@ -40,6 +40,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from icml25.kernels.checks import check_float, check_int, check_tensor
 from icml25.kernels.rng import isolated_rng, make_generator
 
 __all__ = [
@@ -70,55 +71,11 @@ _MAX_ABS = 1e6
 
 
 # ---------------------------------------------------------------------------------------- validation
-def _float(name: str, v: Any, *, positive: bool = True) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{name} must be a real number, got {type(v).__name__} {v!r}")
-    f = float(v)
-    if not math.isfinite(f) or (positive and f <= 0):
-        raise ValueError(f"{name} must be a finite number{' > 0' if positive else ''}, got {v}")
-    return f
-
-
-def _int(name: str, v: Any, minimum: int = 1) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-        raise TypeError(f"{name} must be an int >= {minimum}, got {type(v).__name__} {v!r}")
-    if int(v) < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {v}")
-    return int(v)
-
-
-def _tensor(name: str, x: Any, dim: int | tuple[int, ...], *, finite: bool = True) -> Tensor:
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise TypeError(f"{name} must be a float tensor, got dtype {x.dtype}")
-    dims = (dim,) if isinstance(dim, int) else dim
-    if x.dim() not in dims:
-        raise ValueError(
-            f"{name} must have {' or '.join(map(str, dims))} dimensions, got shape {tuple(x.shape)}"
-        )
-    if any(s == 0 for s in x.shape):
-        raise ValueError(f"{name} must be non-empty, got shape {tuple(x.shape)}")
-    if finite and not torch.isfinite(x).all():
-        n_nan, n_inf = int(torch.isnan(x).sum()), int(torch.isinf(x).sum())
-        raise ValueError(
-            f"{name} must be finite; got {n_nan} NaN and {n_inf} Inf values in a tensor of shape {tuple(x.shape)}"
-        )
-    return x
-
-
-def _mask01(name: str, m: Any, shape: tuple[int, ...]) -> Tensor:
-    if not isinstance(m, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor of 0/1 values, got {type(m).__name__}")
-    if tuple(m.shape) != shape:
-        raise ValueError(f"{name} must have shape {shape} (like values), got {tuple(m.shape)}")
-    if m.is_complex():
-        raise TypeError(f"{name} must be a bool/int/float 0/1 tensor, got dtype {m.dtype}")
-    mf = m.to(torch.float32) if m.dtype == torch.bool else m
-    bad = ~((mf == 0) | (mf == 1))
-    if bad.any():
-        raise ValueError(f"{name} must contain only 0/1 values, got {int(bad.sum())} other entries")
-    return mf.to(torch.float32)
+def _mask01(m: Any, name: str, shape: tuple[int, ...]) -> Tensor:
+    """A boolean or 0/1 mask of ``shape`` (1 = observed), as float32."""
+    return check_tensor(m, name, shape=shape, dtype=("bool", "int", "float"), finite=False, binary=True).to(
+        torch.float32
+    )
 
 
 # ---------------------------------------------------------------------------------------------- data
@@ -152,10 +109,10 @@ def _check_batch(batch: Any, *, need_targets: bool) -> IMTSBatch:
     """Validate and normalise a batch (times broadcast to ``(B, L, N)``, masks float, NaN zeroed)."""
     if not isinstance(batch, IMTSBatch):
         raise TypeError(f"batch must be an IMTSBatch, got {type(batch).__name__}")
-    v = _tensor("batch.values", batch.values, 3, finite=False)
+    v = check_tensor(batch.values, "batch.values", ndim=3, finite=False, non_empty=True)
     B, L, N = v.shape
-    m = _mask01("batch.mask", batch.mask, (B, L, N))
-    t = _tensor("batch.times", batch.times, (2, 3))
+    m = _mask01(batch.mask, "batch.mask", (B, L, N))
+    t = check_tensor(batch.times, "batch.times", ndim=(2, 3), non_empty=True)
     if t.dim() == 2:
         t = t[..., None].expand(-1, -1, N)
     if tuple(t.shape) != (B, L, N):
@@ -173,7 +130,7 @@ def _check_batch(batch: Any, *, need_targets: bool) -> IMTSBatch:
             f"batch.values must be at most {_MAX_ABS:g} in magnitude (scale the data, e.g. to [0, 1] as t-PatchGNN "
             f"does); got max |value| {float(v[m > 0].abs().max()):.3g}"
         )
-    qt = _tensor("batch.query_times", batch.query_times, (2, 3))
+    qt = check_tensor(batch.query_times, "batch.query_times", ndim=(2, 3), non_empty=True)
     if qt.shape[0] != B:
         raise ValueError(
             f"batch.query_times must have B = {B} rows (like values), got shape {tuple(qt.shape)}"
@@ -185,13 +142,13 @@ def _check_batch(batch: Any, *, need_targets: bool) -> IMTSBatch:
         raise ValueError(
             f"batch.query_times must have shape {(B, Q, N)} or {(B, Q)}, got {tuple(batch.query_times.shape)}"
         )
-    qm = _mask01("batch.query_mask", batch.query_mask, (B, Q, N))
+    qm = _mask01(batch.query_mask, "batch.query_mask", (B, Q, N))
     y = batch.targets
     if y is None:
         if need_targets:
             raise ValueError("batch.targets must be given (B, Q, N) for a loss, got None")
     else:
-        y = _tensor("batch.targets", y, 3, finite=False)
+        y = check_tensor(y, "batch.targets", ndim=3, finite=False, non_empty=True)
         if tuple(y.shape) != (B, Q, N):
             raise ValueError(
                 f"batch.targets must have shape {(B, Q, N)} (like query_times), got {tuple(y.shape)}"
@@ -242,13 +199,13 @@ def patchify_irregular(
     one window; with ``stride < window`` windows overlap and an observation may sit in several.
     """
     b = _check_batch(batch, need_targets=False)
-    s = _float("window", window)
-    st = s if stride is None else _float("stride", stride)
-    t0 = _float("t0", t0, positive=False)
+    s = check_float(window, "window", low=0.0, low_open=True)
+    st = s if stride is None else check_float(stride, "stride", low=0.0, low_open=True)
+    t0 = check_float(t0, "t0")
     if history is None:
         obs_t = torch.where(b.mask > 0, b.times, torch.full_like(b.times, t0))
         history = max(float(obs_t.max()) - t0 + 1e-9, s)
-    h = _float("history", history)
+    h = check_float(history, "history", low=0.0, low_open=True)
     if s > h:
         raise ValueError(f"window must be <= history ({h:g}), got {s:g}")
     M = n_windows(h, s, st)
@@ -265,10 +222,10 @@ def patchify_irregular(
 
 def query_patch_index(query_times: Tensor, start: float, stride: float, n_patches: int) -> Tensor:
     """Window index ``floor((q − start)/stride)`` of each query, clipped to ``[0, n_patches − 1]`` (long)."""
-    st = _float("stride", stride)
-    _tensor("query_times", query_times, tuple(range(1, 6)))
-    idx = torch.floor((query_times - _float("start", start, positive=False)) / st)
-    return idx.clamp(0, _int("n_patches", n_patches) - 1).long()
+    st = check_float(stride, "stride", low=0.0, low_open=True)
+    check_tensor(query_times, "query_times", ndim=range(1, 6), non_empty=True)
+    idx = torch.floor((query_times - check_float(start, "start")) / st)
+    return idx.clamp(0, check_int(n_patches, "n_patches", low=1) - 1).long()
 
 
 # ------------------------------------------------------------------------------------------- modules
@@ -277,7 +234,7 @@ class LearnableTimeEmbedding(nn.Module):
 
     def __init__(self, te_dim: int = 5) -> None:
         super().__init__()
-        self.te_dim = _int("te_dim", te_dim, 2)
+        self.te_dim = check_int(te_dim, "te_dim", low=2)
         self.linear = nn.Linear(1, 1)
         self.periodic = nn.Linear(1, self.te_dim - 1)
 
@@ -297,7 +254,7 @@ class TTCN(nn.Module):
 
     def __init__(self, in_dim: int, out_dim: int) -> None:
         super().__init__()
-        self.in_dim, self.out_dim = _int("in_dim", in_dim), _int("out_dim", out_dim)
+        self.in_dim, self.out_dim = check_int(in_dim, "in_dim", low=1), check_int(out_dim, "out_dim", low=1)
         self.filter_generator = nn.Sequential(
             nn.Linear(in_dim, out_dim), nn.ReLU(), nn.Linear(out_dim, out_dim), nn.ReLU(),
             nn.Linear(out_dim, in_dim * out_dim),
@@ -326,11 +283,11 @@ class AdaptiveGCN(nn.Module):
     def __init__(self, n_channels: int, hid_dim: int, node_dim: int = 5, n_layers: int = 3, hop: int = 1,
                  *, seed: int | None = None) -> None:  # fmt: skip
         super().__init__()
-        self.N, self.H = _int("n_channels", n_channels), _int("hid_dim", hid_dim)
+        self.N, self.H = check_int(n_channels, "n_channels", low=1), check_int(hid_dim, "hid_dim", low=1)
         self.k, self.n_layers, self.hop = (
-            _int("node_dim", node_dim),
-            _int("n_layers", n_layers),
-            _int("hop", hop),
+            check_int(node_dim, "node_dim", low=1),
+            check_int(n_layers, "n_layers", low=1),
+            check_int(hop, "hop", low=1),
         )
         g = make_generator(0 if seed is None else seed)
         self.nodevec1 = nn.Parameter(torch.randn(self.N, self.k, generator=g))
@@ -435,10 +392,10 @@ def seq_sincos_pos_embed(dim: int, n: int, rows: int | None = None) -> Tensor:
     """``(1 + n, dim)`` 2-D sin-cos positions of ``n`` tokens laid out column-major on a ``rows × ceil(n/rows)``
     grid (token ``i`` at row ``i % rows``, column ``i // rows``, as a VisionTS image), with a zero row for
     the cls token first. ``rows=None`` is the 1-D layout (``n × 1``)."""
-    dim, n = _int("dim", dim, 4), _int("n", n)
+    dim, n = check_int(dim, "dim", low=4), check_int(n, "n", low=1)
     if dim % 4:
         raise ValueError(f"dim must be a multiple of 4 for 2-D sin-cos positions, got {dim}")
-    r = n if rows is None else _int("rows", rows)
+    r = n if rows is None else check_int(rows, "rows", low=1)
     i = torch.arange(n, dtype=torch.float64)
     row, col = i % r, torch.div(i, r, rounding_mode="floor")
     omega = 1.0 / 10000 ** (torch.arange(dim // 4, dtype=torch.float64) / (dim / 4))
@@ -483,15 +440,20 @@ class VIMTS(nn.Module):
         seed: int | None = None,
     ) -> None:
         super().__init__()
-        self.n_channels = _int("n_channels", n_channels)
-        self.history, self.horizon = _float("history", history), _float("horizon", horizon)
-        self.window = _float("window", window)
-        self.stride = self.window if stride is None else _float("stride", stride)
+        self.n_channels = check_int(n_channels, "n_channels", low=1)
+        self.history, self.horizon = (
+            check_float(history, "history", low=0.0, low_open=True),
+            check_float(horizon, "horizon", low=0.0, low_open=True),
+        )
+        self.window = check_float(window, "window", low=0.0, low_open=True)
+        self.stride = self.window if stride is None else check_float(stride, "stride", low=0.0, low_open=True)
         if self.window > self.history:
             raise ValueError(f"window must be <= history ({self.history:g}), got {self.window:g}")
-        self.hid_dim, self.te_dim = _int("hid_dim", hid_dim, 2), _int("te_dim", te_dim, 2)
+        self.hid_dim, self.te_dim = check_int(hid_dim, "hid_dim", low=2), check_int(te_dim, "te_dim", low=2)
         self.use_gcn = bool(use_gcn)
-        self.periodicity = None if periodicity is None else _float("periodicity", periodicity)
+        self.periodicity = (
+            None if periodicity is None else check_float(periodicity, "periodicity", low=0.0, low_open=True)
+        )
         self.M = n_windows(self.history, self.window, self.stride)
         self.P = n_windows(self.horizon, self.window, self.stride)
         with isolated_rng(seed) if seed is not None else _nullcontext():
@@ -617,9 +579,7 @@ class VIMTS(nn.Module):
     def ssl_loss(self, batch: IMTSBatch, mask_ratio: float = 0.6, *, generator: torch.Generator | None = None,
                  seed: int | None = None) -> Tensor:  # fmt: skip
         """Masked-window reconstruction: MSE on the observed history points inside masked windows."""
-        r = _float("mask_ratio", mask_ratio, positive=False)
-        if not 0 <= r < 1:
-            raise ValueError(f"mask_ratio must be in [0, 1), got {mask_ratio}")
+        r = check_float(mask_ratio, "mask_ratio", low=0.0, high=1.0, high_open=True)
         b = self._check(batch, need_targets=False)
         latent, mask = self._encode(b, r, make_generator(seed, generator))
         B, _, N = b.values.shape
@@ -665,20 +625,12 @@ def imts_masked_mse(pred: Tensor, target: Tensor, mask: Tensor) -> Tensor:
 
     NaN/Inf in ``target`` or ``pred`` where ``mask`` is 0 never propagate. Returns 0 when nothing is masked in.
     """
-    if not all(isinstance(x, Tensor) for x in (pred, target, mask)):
-        raise TypeError("pred, target and mask must be torch.Tensors")
-    for name, x in (("pred", pred), ("target", target)):
-        if not x.is_floating_point():
-            raise TypeError(f"{name} must be a float tensor, got dtype {x.dtype}")
+    check_tensor(pred, "pred", finite=False)
+    check_tensor(target, "target", finite=False)
+    check_tensor(mask, "mask", dtype=("bool", "int", "float"), finite=False, binary=True)
     if pred.shape != target.shape or mask.shape != pred.shape:
         raise ValueError(
             f"pred, target and mask must share a shape, got {tuple(pred.shape)}, {tuple(target.shape)}, {tuple(mask.shape)}"
-        )
-    if mask.dtype != torch.bool and mask.numel() and not bool(((mask == 0) | (mask == 1)).all()):
-        bad = mask[(mask != 0) & (mask != 1)]
-        raise ValueError(
-            "mask must be boolean or hold only 0 and 1 (1 = observed), got other values such as "
-            f"{float(bad.flatten()[0])!r}"
         )
     m = mask.to(pred.dtype)
     for name, x in (("pred", pred), ("target", target)):
@@ -729,17 +681,15 @@ def fit_vimts(
         raise TypeError(f"model must be a VIMTS, got {type(model).__name__}")
     if stage not in ("ssl", "finetune"):
         raise ValueError(f"stage must be 'ssl' or 'finetune', got {stage!r}")
-    steps, bs = _int("steps", steps), _int("batch_size", batch_size)
-    lr = _float("lr", lr)
-    patience, eval_every = _int("patience", patience), _int("eval_every", eval_every)
+    steps, bs = check_int(steps, "steps", low=1), check_int(batch_size, "batch_size", low=1)
+    lr = check_float(lr, "lr", low=0.0, low_open=True)
+    patience, eval_every = check_int(patience, "patience", low=1), check_int(eval_every, "eval_every", low=1)
     need = stage == "finetune"
     train = model._check(train, need)
     if val is not None:
         val = model._check(val, need)
     if stage == "ssl":
-        r = _float("mask_ratio", mask_ratio, positive=False)
-        if not 0 <= r < 1:
-            raise ValueError(f"mask_ratio must be in [0, 1), got {mask_ratio}")
+        check_float(mask_ratio, "mask_ratio", low=0.0, high=1.0, high_open=True)
         for p in model.parameters():
             p.requires_grad_(True)
         params = list(model.parameters())
@@ -808,7 +758,10 @@ def imts_from_arrays(X: Any, times: Any, history: float, horizon: float) -> IMTS
         )
     if not torch.isfinite(t).all():
         raise ValueError("times must be finite")
-    h, f = _float("history", history), _float("horizon", horizon)
+    h, f = (
+        check_float(history, "history", low=0.0, low_open=True),
+        check_float(horizon, "horizon", low=0.0, low_open=True),
+    )
     obs = ~torch.isnan(x)
     hist = (t < h)[..., None] & torch.ones_like(obs)
     fut = ((t > h) & (t <= h + f))[..., None] & torch.ones_like(obs)
@@ -836,7 +789,7 @@ def imts_from_long(df: Any, n_channels: int, history: float, horizon: float, *, 
                    time_col: str = "time", channel_col: str = "channel", value_col: str = "value") -> IMTSBatch:  # fmt: skip
     """A batch from a long table (pandas ``DataFrame`` or dict of columns) ``id, time, channel, value``;
     ``channel`` holds integers in ``[0, n_channels)``. Samples in the order of their first appearance."""
-    N = _int("n_channels", n_channels)
+    N = check_int(n_channels, "n_channels", low=1)
     try:
         cols = {c: np.asarray(df[c]) for c in (id_col, time_col, channel_col, value_col)}
     except (KeyError, TypeError) as exc:
