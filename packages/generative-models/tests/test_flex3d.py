@@ -269,9 +269,9 @@ def test_full_threshold_text_lists_the_plan_checks() -> None:
 
 @pytest.mark.slow
 def test_full_run_misses_only_the_blur_recall_at_its_bar() -> None:
-    """The recorded expectation of the full run (two seeds of each model, about 9 CPU-minutes on one core):
-    every check holds on the means over seeds 0 and 1 but the recall of blurred views, which stays under its
-    0.75 bar (0.715 predicted from the one-seed runs: 0.732 and 0.698 on an Intel Xeon)."""
+    """The recorded expectation of the full run (two seeds of each model, 16 minutes of wall time recorded on
+    the shared 2-core machine): every check holds on the means over seeds 0 and 1 but the recall of blurred
+    views, which stays under its 0.75 bar (0.715 recorded on an Intel Xeon: 0.732 and 0.698)."""
     report = exp.run(quick=False, seed=0)
     assert report.seeds == [0, 1]
     failed = [name for name, ok in report.checks.items() if not ok]
