@@ -3,6 +3,7 @@ views, the quick reproduction and its broken variant."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -235,6 +236,30 @@ def test_broken_variant_random_curation_fails(trained: exp.Trained) -> None:
     assert not report.checks[f"corrupted-view recall >= {exp.QUICK_MIN_RECALL:g}"]
 
 
+def test_several_seeds_are_reported_per_seed_and_gated_on_their_means(trained: exp.Trained) -> None:
+    second = dataclasses.replace(trained, seed=1)  # the same model on seed 1's held-out objects
+    with torch_threads(1):
+        report = exp.evaluate([trained, second])
+        alone = exp.evaluate(second)
+    m = report.metrics
+    assert report.seeds == [0, 1]
+    assert m["recall_all_s1"] == alone.metrics["recall_all"]
+    for key in ("curated_psnr", "baseline_all_psnr", "random_psnr", "recall_all", "loss_late"):
+        assert m[key] == pytest.approx((m[f"{key}_s0"] + m[f"{key}_s1"]) / 2)
+    assert m["mask_max_diff"] == max(m["mask_max_diff_s0"], m["mask_max_diff_s1"])
+    mean_recall = m["recall_all"] >= exp.QUICK_MIN_RECALL
+    assert report.checks[f"corrupted-view recall >= {exp.QUICK_MIN_RECALL:g}"] == mean_recall
+    with pytest.raises(ValueError, match="trained"):
+        exp.evaluate([])
+
+
+def test_full_mode_trains_two_seeds_and_names_the_mean_in_each_check() -> None:
+    assert exp.FULL.n_seeds == 2 and exp.QUICK.n_seeds == 1
+    names = [c.name for c in exp.checks(exp.FULL)]
+    assert names and all(name.endswith(" (mean of 2 seeds)") for name in names)
+    assert not any("seeds" in c.name for c in exp.checks(exp.QUICK))
+
+
 def test_full_threshold_text_lists_the_plan_checks() -> None:
     text = exp.threshold(quick=False)
     for part in ("PSNR(8) >= PSNR(1) + 1 dB", "best constant image + 3 dB", "recall of blur views >= 0.75",
@@ -244,10 +269,11 @@ def test_full_threshold_text_lists_the_plan_checks() -> None:
 
 @pytest.mark.slow
 def test_full_run_misses_only_the_blur_recall_at_its_bar() -> None:
-    """The recorded expectation of the full run (about 4 CPU-minutes on one core): every check holds but the
-    recall of blurred views, which sits at its 0.75 bar and flips with the CPU (0.732 recorded on an Intel
-    Xeon, 0.756 on an AMD EPYC): it may pass or fail, nothing else may fail."""
+    """The recorded expectation of the full run (two seeds of each model, 16 minutes of wall time recorded on
+    the shared 2-core machine): every check holds on the means over seeds 0 and 1 but the recall of blurred
+    views, which stays under its 0.75 bar (0.715 recorded on an Intel Xeon: 0.732 and 0.698)."""
     report = exp.run(quick=False, seed=0)
+    assert report.seeds == [0, 1]
     failed = [name for name, ok in report.checks.items() if not ok]
-    assert set(failed) <= {"recall of blur views >= 0.75"}, report.checks
-    assert 0.70 < report.metrics["recall_blur"] < 0.80
+    assert failed == ["recall of blur views >= 0.75 (mean of 2 seeds)"], report.checks
+    assert 0.70 < report.metrics["recall_blur"] < 0.75
