@@ -1,7 +1,7 @@
 """Efficient Molecular Conformer Generation with SO(3)-Averaged Flow Matching and Reflow — ICML 2025, P15: conformer flows.
 
 Cao, Geiger, Costa, Reidenbach, Kreis, Geffner, Pellegrini, Zhou & Kucukbenli (NVIDIA), ICML 2025,
-arXiv 2507.09785 (no official code is public). Flow matching from a Gaussian cloud to a molecular
+arXiv 2507.09785 (official code: NVIDIA-Digital-Bio/avgflow). Flow matching from a Gaussian cloud to a molecular
 conformer whose target is averaged over the rotations of the data (the matrix-Fisher posterior of the
 global rotation), against conditional-OT (random rotation) and Kabsch-aligned flows; reflow and one-step
 distillation for few-step sampling; a small E(3)-equivariant network; RDKit I/O and COV/AMR metrics

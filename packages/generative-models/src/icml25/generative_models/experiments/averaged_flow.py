@@ -1,7 +1,8 @@
 """Efficient Molecular Conformer Generation with SO(3)-Averaged Flow Matching and Reflow — ICML 2025, P15: reproduction.
 Small-scale reproduction.
 
-Cao et al., ICML 2025 (arXiv 2507.09785; no official code is public). Claim: regressing a conformer flow
+Cao et al., ICML 2025 (arXiv 2507.09785; official code NVIDIA-Digital-Bio/avgflow, compared with ours in
+the deviation list). Claim: regressing a conformer flow
 onto the velocity averaged over the rotations of the data (AvgFlow, a Rao–Blackwellised target) trains
 better at equal steps than conditional-OT (random rotation) and Kabsch-aligned flow matching, and reflow
 then gives good few-step sampling (paper: GEOM-QM9/Drugs, AvgFlow < Kabsch < CondOT in AMR).
