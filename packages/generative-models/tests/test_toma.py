@@ -171,6 +171,14 @@ def test_non_positive_scale_is_rejected(scale):
         toma_fns(_x(1, 64, 4), ratio=0.5, num_tiles=4, scale=scale)
 
 
+@pytest.mark.parametrize("fns", [toma_fns, tomesd_fns])
+def test_non_finite_tokens_are_rejected_with_their_counts(fns):
+    x = _x(1, 64, 4)
+    x[0, 3, 1], x[0, 9, 0] = math.nan, -math.inf
+    with pytest.raises(ValueError, match=r"x must be finite \(no NaN or inf\), got 1 NaN and 1 inf values"):
+        fns(x, ratio=0.5, **({"num_tiles": 4} if fns is toma_fns else {}))
+
+
 def test_plan_rejects_tokens_of_another_shape():
     plan = toma_fns(_x(2, 64, 4), ratio=0.5, num_tiles=4)
     with pytest.raises(ValueError, match="x must have shape"):

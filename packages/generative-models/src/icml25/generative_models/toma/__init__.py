@@ -270,8 +270,7 @@ def toma_fns(
             f"ratio = {r} leaves d = floor(n (1 - ratio)) = 0 destinations in tiles of n = {n} tokens; use "
             "fewer tiles (num_tiles) or a smaller ratio"
         )
-    if not bool(torch.isfinite(x).all()):
-        raise ValueError(f"x must be finite; got non-finite values in a tensor of shape {tuple(x.shape)}")
+    check_tensor(x, "x", dtype=None)  # NaN/inf: one aminmax pass
     tiles = _tile_view(x, H, W, t).reshape(B * t * t, n, C)
     if selection == "facility_location":
         dst = _tm.facility_location_greedy(tiles, d, check_finite=False, backend=backend)
@@ -305,8 +304,7 @@ def tomesd_fns(
     x = _batch_tokens(x)
     H, W = _resolve_hw(hw, x.shape[1])
     r = int(x.shape[1] * _ratio(ratio))
-    if not bool(torch.isfinite(x).all()):
-        raise ValueError(f"x must be finite; got non-finite values in a tensor of shape {tuple(x.shape)}")
+    check_tensor(x, "x", dtype=None)  # NaN/inf: one aminmax pass
     gen = (
         None if seed is None else torch.Generator(device=x.device).manual_seed(check_int(seed, "seed", low=0))
     )
