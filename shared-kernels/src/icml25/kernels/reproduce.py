@@ -478,6 +478,11 @@ def _source_hash(experiment: Experiment) -> str | None:
     return source_hash(module)
 
 
+def _write_entry(path: Path, entry: dict[str, Any]) -> None:
+    """The ledger's one file format (indented JSON, no NaN), shared by :func:`record` and :func:`rejudge`."""
+    path.write_text(json.dumps(entry, indent=2, allow_nan=False) + "\n")
+
+
 def record(
     outcome: Outcome,
     experiment: Experiment,
@@ -491,7 +496,7 @@ def record(
     results.mkdir(parents=True, exist_ok=True)
     path = results / f"{outcome.paper}.json"
     entry = ledger_entry(outcome, experiment, seed=seed, note=note, repo=repo, results=results)
-    path.write_text(json.dumps(entry, indent=2, allow_nan=False) + "\n")
+    _write_entry(path, entry)
     return path
 
 
@@ -520,7 +525,7 @@ def rejudge(paper: str, expectation: Expectation, results: Path) -> tuple[str, s
     else:
         entry.pop("miss_reason", None)
     entry["rejudged"] = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "was": old}
-    path.write_text(json.dumps(entry, indent=2, allow_nan=False) + "\n")
+    _write_entry(path, entry)
     return old, new, path
 
 
