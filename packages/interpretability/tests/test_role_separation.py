@@ -234,17 +234,37 @@ def test_hf_generate_with_pft_ids_warns_and_points_to_pft_generate(llama) -> Non
 
 # ----------------------------------------------------------------------------- reproduction
 def test_quick_reproduction_passes_and_the_broken_variant_fails() -> None:
+    """The plan's quick gate is the mechanics (loss decrease, PFT ids in the collator and the decode loop);
+    the accuracies are reported, not gated."""
     report = exp.run(quick=True)
     assert report.passed, report.checks
     m = report.metrics
-    assert m["pft_ood"] >= m["baseline_ood"] + exp.OOD_MARGIN and m["ids_consistent"] == 1.0
+    assert m["loss_decrease_min"] > 0 and m["ids_consistent"] == 1.0
+    assert {"baseline_id", "baseline_ood", "pft_id", "pft_ood"} <= set(m)  # reported
+    assert not any("accuracy" in name for name in report.checks)
     assert report.seeds == list(range(exp.QUICK.n_seeds)) and report.better == "higher"
-    # the mechanism removed (arm (B) trained and evaluated with gap 0 = arm (A)): the direction gate fails
+    # the mechanism removed (arm (B) trained and evaluated with gap 0 = arm (A)): the ids check fails
     with torch.random.fork_rng(), torch_threads(1):
         broken = exp.evaluate(exp.QUICK, 0, pft_gap=0)
-    assert not broken.passed
-    assert not broken.checks[f"OOD accuracy (B) >= OOD accuracy (A) + {exp.OOD_MARGIN:g}"]
+    assert broken.failed_checks == [exp.checks(exp.QUICK)[1].name], broken.summary()
     assert broken.metrics["pft_ood"] == pytest.approx(report.metrics["baseline_ood"])
+
+
+def test_a_decode_loop_that_restarts_the_ids_fails_the_quick_gate(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pitfall the plan names (HF ``generate`` rebuilds the ids): new tokens numbered from the prompt
+    length instead of the last PFT id."""
+    real = exp.pft_generate
+
+    def restarting(model, input_ids, position_ids, max_new_tokens):
+        n = input_ids.shape[1]
+        return real(model, input_ids, torch.arange(n)[None], max_new_tokens)
+
+    monkeypatch.setattr(exp, "pft_generate", restarting)
+    task = rs.RoleTask(answer="op")
+    model = rs.pft_llama(task.vocab_size, 16, 1, 2, seed=0)
+    assert not exp.ids_consistent(model, task, exp.QUICK.gap, seed=0)
+    monkeypatch.setattr(exp, "pft_generate", real)
+    assert exp.ids_consistent(model, task, exp.QUICK.gap, seed=0)
 
 
 @pytest.mark.slow

@@ -21,8 +21,12 @@ Pass rule (:func:`checks`, the thresholds fixed before the runs): ID >= 0.85 for
 >= 0.8; (B) OOD >= (A) OOD + 0.10; (B) ID - OOD <= 0.05; and the PFT ids of the collator and of the
 decode loop agree (jump of exactly 1 + d at the system/user boundary, new tokens at last + 1, ...).
 Full: the planned setting (hidden 128, 3 layers, 1,200 AdamW steps at lr 1e-3, batch 64), the means over
-3 seeds. Quick: the same rule on 1 seed of a smaller model trained for 80 steps on the role decision alone
-(``answer="op"``: the target is the system op token; the full answer cannot be learned in 80 steps).
+3 seeds. Quick (the plan's second review: "pft_position_ids and decode-loop tests plus loss decrease, no
+accuracy thresholds"): 1 seed of a smaller model trained for 80 steps on the role decision alone
+(``answer="op"``), gated on the mechanics only: the training loss decreases in (A) and (B), and arm (B)'s ids
+jump by exactly 1 + d at the boundary in the collator and the decode loop. The four accuracies are reported,
+not gated: over three stops about 20 quick settings were measured and in every one some seed of 0-4 gives
+PFT no OOD advantage (80 steps teach the role decision, not which cue to use).
 
 Run: ``python -m icml25.interpretability.experiments.role_separation [--full] [--seed N] [--out DIR]``.
 """
@@ -92,6 +96,8 @@ class Setting:
     """RoleTask answer (planned and full: the system op applied to the user content; quick: the op token)."""
     augment_arm: bool = True
     """Train and record (C) augmentation with op positions 0-12 (full; quick skips it)."""
+    accuracy_gate: bool = True
+    """Gate on the accuracy checks (full); quick gates on the mechanics only (loss decrease, PFT ids)."""
 
 
 FULL = Setting(hidden=128, n_layers=3, steps=1200, n_seeds=3)
@@ -105,6 +111,7 @@ QUICK = Setting(
     n_eval=128,
     answer="op",
     augment_arm=False,
+    accuracy_gate=False,
 )
 
 MIN_ID = 0.85
@@ -114,7 +121,14 @@ MAX_PFT_DROP = 0.05
 
 
 def checks(setting: Setting) -> list[Check]:
-    """The pass rule (the same in both modes; see the module docstring)."""
+    """The pass rule of ``setting`` (see the module docstring)."""
+    ids = Check(
+        f"PFT ids of arm (B): a jump of exactly 1 + d = {1 + setting.gap} at the boundary, consistent in the "
+        "collator and the decode loop",
+        lambda m: m["ids_consistent"] == 1.0,
+    )
+    if not setting.accuracy_gate:
+        return [Check("training loss decreases in (A) and (B)", lambda m: m["loss_decrease_min"] > 0), ids]
     return [
         Check(f"ID accuracy (A) >= {MIN_ID:g}", lambda m: m["baseline_id"] >= MIN_ID),
         Check(f"ID accuracy (B) >= {MIN_ID:g}", lambda m: m["pft_id"] >= MIN_ID),
@@ -126,7 +140,7 @@ def checks(setting: Setting) -> list[Check]:
         Check(
             f"(B) ID - OOD <= {MAX_PFT_DROP:g}", lambda m: m["pft_id"] - m["pft_ood"] <= MAX_PFT_DROP + 1e-9
         ),
-        Check("PFT ids consistent in the collator and the decode loop", lambda m: m["ids_consistent"] == 1.0),
+        ids,
     ]
 
 
@@ -136,17 +150,21 @@ def threshold(quick: bool = True) -> str:
 
 
 # ----------------------------------------------------------------------------------------- measurement
-def ids_consistent(model: torch.nn.Module, task: RoleTask, gap: int, seed: int) -> bool:
-    """The collator's ids jump by exactly ``1 + gap`` at the system/user boundary and are ``+1`` elsewhere,
-    and :func:`pft_generate` continues them with ``last + 1, last + 2, ...``."""
+def ids_consistent(
+    model: torch.nn.Module, task: RoleTask, gap: int, seed: int, expected_gap: int | None = None
+) -> bool:
+    """The collator's ids (built with ``gap``) jump by exactly ``1 + expected_gap`` (default ``gap``) at the
+    system/user boundary and are ``+1`` elsewhere, and :func:`pft_generate` continues them with ``last + 1,
+    last + 2, ...``."""
     b = task.batch(4, gap, seed=seed)
+    expected_gap = gap if expected_gap is None else expected_gap
     ok = True
     for row in range(4):
         real = b["attention_mask"][row].bool()
         pos, roles = b["position_ids"][row, real], b["role_ids"][row, real]
         diffs = pos[1:] - pos[:-1]
         boundary = (roles[1:] != 0) & (roles[:-1] == 0)
-        ok &= bool((diffs[boundary] == 1 + gap).all()) and bool((diffs[~boundary] == 1).all())
+        ok &= bool((diffs[boundary] == 1 + expected_gap).all()) and bool((diffs[~boundary] == 1).all())
         # prompt = everything up to and including ASST (the first assistant token)
         n_prompt = int((roles != 2).sum()) + 1
         out = pft_generate(model, b["input_ids"][row : row + 1, :n_prompt], pos[None, :n_prompt], 3)
@@ -172,7 +190,8 @@ def evaluate(
     setting: Setting, seed: int = 0, pft_gap: int | None = None, out_dir: str | Path | None = None
 ) -> Report:
     """Train the arms for every seed and apply :func:`checks` to the seed means. ``pft_gap`` overrides the
-    gap of arm (B) (``0``: the mechanism removed, the broken variant of the tests)."""
+    gap of arm (B) (``0``: the mechanism removed, the broken variant of the tests; its ids are still checked
+    against the setting's gap)."""
     t0 = time.perf_counter()
     c0 = time.process_time()
     gap = setting.gap if pft_gap is None else pft_gap
@@ -195,7 +214,7 @@ def evaluate(
                 probe_batch = task.batch(64, g, seed=s + 3000)
                 probes[name] = role_probe(model, probe_batch, layer=1)
                 if name == "pft":
-                    consistent &= ids_consistent(model, task, g, s)
+                    consistent &= ids_consistent(model, task, g, s, expected_gap=setting.gap)
     mean = {k: {m: float(np.mean([d[m] for d in v])) for m in v[0]} for k, v in per.items()}
     metrics = {
         "baseline_id": mean["baseline"]["id"],
@@ -207,6 +226,9 @@ def evaluate(
         "baseline_final_loss": float(np.mean(curves["baseline"][-10:])),
         "pft_final_loss": float(np.mean(curves["pft"][-10:])),
         "ids_consistent": float(consistent),
+        "loss_decrease_min": float(
+            min(np.mean(curves[n][:10]) - np.mean(curves[n][-10:]) for n in ("baseline", "pft"))
+        ),
         "gap": float(gap),
         "n_seeds": float(setting.n_seeds),
     }
