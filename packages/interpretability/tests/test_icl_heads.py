@@ -247,7 +247,6 @@ def _verdict(metrics: dict[str, float]) -> dict[str, bool]:
     return {c.name: c(metrics) for c in exp.checks(exp.QUICK)}
 
 
-@pytest.mark.slow
 def test_quick_run_is_a_known_miss_and_the_no_op_patch_fails() -> None:
     """Known miss: 300 steps do not teach the 16 bijections (clean accuracy < 0.6, the pre-condition),
     so the quick run is inconclusive = fail; the silently skipped patch changes nothing at all."""
