@@ -253,7 +253,7 @@ def test_top_k_below_one_raises(top_k: int) -> None:
 
 @pytest.mark.parametrize("top_p", [0.0, -0.1, 1.5])
 def test_top_p_outside_unit_interval_raises(top_p: float) -> None:
-    with pytest.raises(ValueError, match=r"top_p must be None or a float in \(0, 1\]"):
+    with pytest.raises(ValueError, match=r"top_p must be a finite float in \(0.0, 1.0\]"):
         PresentativeCL(tiny_model(), top_p=top_p)
 
 
@@ -273,6 +273,76 @@ def test_all_zero_prompt_mask_row_raises() -> None:
     mask[2] = False
     with pytest.raises(ValueError, match=r"prompt_mask must select at least one token per row; rows \[2\]"):
         cl.routing(x0, mask)
+
+
+@pytest.mark.parametrize("value", [2, -1])
+def test_masked_mean_refuses_a_mask_other_than_0_1(value: int) -> None:
+    # issue 81 item 2: an integer mask holding 2 gave a weighted mean, -1 garbage
+    x = torch.randn(2, 4, 3, generator=torch.Generator().manual_seed(0))
+    mask = torch.ones(2, 4, dtype=torch.long)
+    torch.testing.assert_close(masked_mean(x, mask), x.mean(1), atol=0, rtol=0)
+    mask[1, 2] = value
+    with pytest.raises(
+        ValueError, match=rf"prompt_mask must be boolean or hold only 0 and 1, .* such as {value}"
+    ):
+        masked_mean(x, mask)
+    cl, x0, _ = two_task_cl()
+    mask = torch.ones_like(x0)
+    mask[0, 0] = value
+    with pytest.raises(ValueError, match="prompt_mask must be boolean or hold only 0 and 1"):
+        cl.routing(x0, mask)
+
+
+def test_gaussian_routing_refuses_negative_or_non_finite_variances() -> None:
+    # issue 81 item 1: a negative variance gave NaN weights
+    f, mu = torch.zeros(3, 2), torch.tensor([[0.0, 0.0], [1.0, 1.0]])
+    ok = routing_weights(f, mu, torch.ones(2, 2), distance="gaussian", top_k=None)
+    assert torch.isfinite(ok).all()
+    with pytest.raises(ValueError, match=r"variances must be >= 0, got a minimum of -0.5"):
+        routing_weights(f, mu, torch.tensor([[1.0, -0.5], [1.0, 1.0]]), distance="gaussian")
+    with pytest.raises(ValueError, match="variances must be finite"):
+        routing_weights(f, mu, torch.tensor([[1.0, float("nan")], [1.0, 1.0]]), distance="gaussian")
+    with pytest.raises(ValueError, match=r"variances must be given, shape \(2, 2\)"):
+        routing_weights(f, mu, distance="gaussian")
+    with pytest.raises(
+        ValueError, match=r"variances must have shape \(2, 2\), got torch.Tensor of shape \(2, 3\)"
+    ):
+        routing_weights(f, mu, torch.ones(2, 3), distance="gaussian")
+
+
+def test_wrong_kinds_raise_type_errors_naming_the_argument() -> None:
+    with pytest.raises(TypeError, match=r"dim must be an int >= 1, got float 2\.0"):
+        RunningDiagGaussian(2.0)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"r must be an int >= 1, got str '2'"):
+        PresentativeCL(tiny_model(), r="2")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"h must be a torch\.Tensor, got list"):
+        SelectableLoRALinear(nn.Linear(4, 3), r=2, alpha=4)([[0.0] * 4])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"state\['mean'\] must be a torch.Tensor"):
+        RunningDiagGaussian(2).load_state_dict({"mean": [0.0, 0.0], "var": torch.ones(2), "n": 1})  # type: ignore[dict-item]
+    with pytest.raises(ValueError, match=r"x must have shape \(\*, 2\)"):
+        RunningDiagGaussian(2).update(torch.zeros(4, 3))
+    with pytest.raises(ValueError, match="x must not be empty"):
+        RunningDiagGaussian(2).update(torch.zeros(0, 2))
+
+
+def test_forced_route_must_be_integer_indices_or_finite_weights() -> None:
+    cl, x0, _ = two_task_cl()
+    cl.eval()
+    n = x0.shape[0]
+    with torch.no_grad():
+        cl(x0, route=torch.zeros(n, dtype=torch.long))
+        with pytest.raises(TypeError, match=r"route must be a int tensor, got .*dtype torch\.float32"):
+            cl(x0, route=torch.zeros(n))
+        with pytest.raises(TypeError, match=r"route must be a int tensor, got .*dtype torch\.bool"):
+            cl(x0, route=torch.zeros(n, dtype=torch.bool))
+        with pytest.raises(ValueError, match=r"route indices must be in \[0, 2\)"):
+            cl(x0, route=torch.full((n,), 2))
+        with pytest.raises(ValueError, match=rf"route must have shape \({n}, 2\)"):
+            cl(x0, route=torch.ones(n, 3))
+        with pytest.raises(ValueError, match="route must be finite"):
+            cl(x0, route=torch.full((n, 2), float("nan")))
+        with pytest.raises(ValueError, match=r"route must have 1 or 2 dimension\(s\)"):
+            cl(x0, route=torch.zeros(n, 2, 1, dtype=torch.long))
 
 
 def test_mismatched_feature_dimension_on_load_raises() -> None:

@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from icml25.kernels.checks import check_choice, check_float, check_int, check_tensor
 from icml25.kernels.rng import isolated_rng
 
 __all__ = [
@@ -45,42 +46,26 @@ DISTANCES = ("l2", "gaussian", "dot", "cosine")
 log-likelihood, scaled dot product ("Attention" there) and cosine similarity."""
 
 
-def _check_tensor(x: object, name: str, ndim: int) -> torch.Tensor:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.ndim != ndim:
-        raise ValueError(f"{name} must have {ndim} dimensions, got shape {tuple(x.shape)}")
-    return x
-
-
-def _check_finite(x: torch.Tensor, name: str) -> None:
-    if not torch.is_floating_point(x):
-        raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
-    bad = ~torch.isfinite(x)
-    if bad.any():
-        n_nan = int(torch.isnan(x).sum())
-        raise ValueError(
-            f"{name} must be finite; got {n_nan} NaN and {int(bad.sum()) - n_nan} Inf values "
-            f"in a tensor of shape {tuple(x.shape)}"
-        )
+_MASK_DTYPES = ("bool", "int", "float")
 
 
 def _check_routing_args(distance: object, temperature: object, top_k: object, top_p: object) -> None:
-    if distance not in DISTANCES:
-        raise ValueError(f"distance must be one of {DISTANCES}, got {distance!r}")
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
-        raise TypeError(f"temperature must be a positive float, got {type(temperature).__name__}")
-    if not (math.isfinite(temperature) and temperature > 0):
-        raise ValueError(f"temperature must be a positive finite float, got {temperature}")
-    if isinstance(top_k, bool) or not isinstance(top_k, int):
-        raise TypeError(f"top_k must be an int >= 1, got {type(top_k).__name__}")
-    if top_k < 1:
-        raise ValueError(f"top_k must be an int >= 1, got {top_k}")
+    """The routing settings shared by :func:`routing_weights` and the wrappers."""
+    check_choice(distance, "distance", DISTANCES)
+    check_float(temperature, "temperature", low=0.0, low_open=True)
+    check_int(top_k, "top_k", low=1)
     if top_p is not None:
-        if isinstance(top_p, bool) or not isinstance(top_p, (int, float)):
-            raise TypeError(f"top_p must be None or a float in (0, 1], got {type(top_p).__name__}")
-        if not 0.0 < top_p <= 1.0:
-            raise ValueError(f"top_p must be None or a float in (0, 1], got {top_p}")
+        check_float(top_p, "top_p", low=0.0, high=1.0, low_open=True)
+
+
+def _check_prompt_mask(mask: object, shape: tuple[int, ...]) -> torch.Tensor:
+    """A boolean or 0/1 ``prompt_mask`` of ``shape`` (B, T) that selects at least one token per row."""
+    mask = check_tensor(mask, "prompt_mask", shape=shape, dtype=_MASK_DTYPES, finite=False, binary=True)
+    empty = (mask != 0).sum(1) == 0
+    if bool(empty.any()):
+        rows = torch.nonzero(empty).flatten().tolist()
+        raise ValueError(f"prompt_mask must select at least one token per row; rows {rows} are all zero")
+    return mask
 
 
 # ------------------------------------------------------------------------------------------ statistics
@@ -92,22 +77,14 @@ class RunningDiagGaussian:
     """
 
     def __init__(self, dim: int) -> None:
-        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
-            raise ValueError(f"dim must be an int >= 1, got {dim!r}")
-        self.dim = dim
+        self.dim = check_int(dim, "dim", low=1)
         self.mean = torch.zeros(dim, dtype=torch.float64)
         self.var = torch.zeros(dim, dtype=torch.float64)
         self.n = 0
 
     def update(self, x: torch.Tensor) -> RunningDiagGaussian:
         """Absorb a batch ``x (B, D)``: ``μ ← μ + (μ_b − μ) b/(n+b)``, ``σ² ← (nσ² + bσ²_b + nb/(n+b)(μ_b−μ)²)/(n+b)``."""
-        x = _check_tensor(x, "x", 2)
-        _check_finite(x, "x")
-        if x.shape[1] != self.dim:
-            raise ValueError(f"x must have shape (B, {self.dim}), got {tuple(x.shape)}")
-        if x.shape[0] == 0:
-            raise ValueError("x must have at least one row, got shape (0, D)")
-        x = x.detach().to(torch.float64)
+        x = check_tensor(x, "x", shape=(None, self.dim), non_empty=True).detach().to(torch.float64)
         b = x.shape[0]
         self._absorb(x.mean(0), x.var(0, unbiased=False), b)
         return self
@@ -147,9 +124,7 @@ class RunningDiagGaussian:
             raise ValueError(f"state must be a dict with keys mean, var, n; got {state!r:.80}")
         mean, var = state["mean"], state["var"]
         for name, t in (("mean", mean), ("var", var)):
-            if not isinstance(t, torch.Tensor) or tuple(t.shape) != (self.dim,):
-                got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-                raise ValueError(f"state[{name!r}] must have shape ({self.dim},), got {got}")
+            check_tensor(t, f"state[{name!r}]", shape=(self.dim,), dtype=None, finite=False)
         self.mean, self.var = mean.detach().to(torch.float64).clone(), var.detach().to(torch.float64).clone()
         self.n = int(state["n"])
 
@@ -158,26 +133,15 @@ class RunningDiagGaussian:
 def masked_mean(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     """Mean of ``x (B, T, D)`` over the tokens where ``mask (B, T)`` is true -> ``(B, D)``.
 
-    ``mask=None`` averages every token. A row with no selected token raises (its feature is undefined;
-    the official code raises on the resulting NaN).
+    ``mask=None`` averages every token. ``mask`` is boolean or holds only 0 and 1 (another value would
+    weight the tokens). A row with no selected token raises (its feature is undefined; the official code
+    raises on the resulting NaN).
     """
-    x = _check_tensor(x, "x", 3)
-    _check_finite(x, "x")
-    if x.numel() == 0:
-        raise ValueError(f"x must be non-empty (B, T, D), got shape {tuple(x.shape)}")
+    x = check_tensor(x, "x", ndim=3, non_empty=True)
     if mask is None:
         return x.mean(1)
-    if not isinstance(mask, torch.Tensor):
-        raise TypeError(f"prompt_mask must be a torch.Tensor, got {type(mask).__name__}")
-    if mask.shape != x.shape[:2]:
-        raise ValueError(
-            f"prompt_mask must have the shape of x's first two axes {tuple(x.shape[:2])}, got {tuple(mask.shape)}"
-        )
-    m = mask.to(x.dtype)
+    m = _check_prompt_mask(mask, tuple(x.shape[:2])).to(x.dtype)
     count = m.sum(1)
-    if (count == 0).any():
-        rows = torch.nonzero(count == 0).flatten().tolist()
-        raise ValueError(f"prompt_mask must select at least one token per row; rows {rows} are all zero")
     return (x * m.unsqueeze(-1)).sum(1) / count.unsqueeze(-1)
 
 
@@ -197,11 +161,10 @@ def routing_weights(
     (``"gaussian"``, needs ``variances (K, D)``), ``f·μ_j/√D`` (``"dot"``) or cosine similarity; then the
     ``top_k`` largest are kept (ties: lowest index) and, if ``top_p`` is given, the smallest prefix whose
     mass reaches ``top_p``; the kept weights are renormalised to sum to 1. ``top_k=None`` keeps all.
+    ``variances`` must be finite and non-negative.
     """
-    features = _check_tensor(features, "features", 2)
-    means = _check_tensor(means, "means", 2)
-    _check_finite(features, "features")
-    _check_finite(means, "means")
+    features = check_tensor(features, "features", ndim=2)
+    means = check_tensor(means, "means", ndim=2)
     _check_routing_args(distance, temperature, 1 if top_k is None else top_k, top_p)
     if means.shape[0] == 0 or means.shape[1] != features.shape[1]:
         raise ValueError(
@@ -213,11 +176,11 @@ def routing_weights(
     if distance == "l2":
         score = -(f[:, None, :] - mu[None]).norm(dim=-1)  # exact (cdist's matmul form loses digits)
     elif distance == "gaussian":
-        if variances is None or tuple(variances.shape) != tuple(means.shape):
-            got = None if variances is None else tuple(variances.shape)
-            raise ValueError(
-                f"variances must have shape {tuple(means.shape)} for distance='gaussian', got {got}"
-            )
+        if variances is None:
+            raise ValueError(f"variances must be given, shape {tuple(means.shape)}, for distance='gaussian'")
+        check_tensor(variances, "variances", shape=tuple(means.shape))
+        if bool((variances < 0).any()):
+            raise ValueError(f"variances must be >= 0, got a minimum of {float(variances.min())!r}")
         var = variances.to(device=f.device, dtype=torch.float64) + 1e-6
         diff2 = (f[:, None, :] - mu[None]) ** 2
         score = (-0.5 * (torch.log(2 * math.pi * var)[None] + diff2 / var[None])).sum(-1)
@@ -327,15 +290,12 @@ class SelectableLoRALinear(nn.Module):
         return [j for j, t in enumerate(self.tasks) if self.stats[t].n > 0]
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        if not isinstance(h, torch.Tensor) or h.ndim < 2 or h.shape[-1] != self.in_features:
-            got = tuple(h.shape) if isinstance(h, torch.Tensor) else type(h).__name__
-            raise ValueError(f"h must be a tensor of shape (B, T, {self.in_features}), got {got}")
-        if not torch.is_floating_point(h):
-            raise TypeError(f"h must be a floating-point tensor, got dtype {h.dtype}")
+        check_tensor(h, "h", finite=bool(self.tasks))
+        if h.ndim < 2 or h.shape[-1] != self.in_features:
+            raise ValueError(f"h must be a tensor of shape (B, T, {self.in_features}), got {tuple(h.shape)}")
         out = self.base_layer(h)
         if not self.tasks:
             return out
-        _check_finite(h, "h")
         if self.training and self.current is None:
             raise RuntimeError(
                 f"{self.name or 'SelectableLoRALinear'}: forward in train mode needs a current task: "
@@ -439,14 +399,8 @@ class PresentativeCL(nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
         if isinstance(targets, str) or not isinstance(targets, Sequence) or not targets:
             raise TypeError(f"targets must be a non-empty sequence of module names, got {targets!r}")
-        if isinstance(r, bool) or not isinstance(r, int) or r < 1:
-            raise ValueError(f"r must be an int >= 1, got {r!r}")
-        if (
-            isinstance(alpha, bool)
-            or not isinstance(alpha, (int, float))
-            or not (math.isfinite(alpha) and alpha > 0)
-        ):
-            raise ValueError(f"alpha must be a positive finite number, got {alpha!r}")
+        check_int(r, "r", low=1)
+        check_float(alpha, "alpha", low=0.0, low_open=True)
         _check_routing_args(distance, temperature, top_k, top_p)
         found = _resolve_targets(model, targets)
         if any(isinstance(model.get_submodule(n), SelectableLoRALinear) for n, _ in found):
@@ -515,46 +469,19 @@ class PresentativeCL(nn.Module):
     def _check_batch(
         self, input_ids: torch.Tensor, prompt_mask: torch.Tensor | None, route: torch.Tensor | None
     ) -> None:
-        input_ids = _check_tensor(input_ids, "input_ids", 2)
+        input_ids = check_tensor(input_ids, "input_ids", ndim=2, dtype=None, finite=False)
+        b = input_ids.shape[0]
         if prompt_mask is not None:
-            if not isinstance(prompt_mask, torch.Tensor):
-                raise TypeError(f"prompt_mask must be a torch.Tensor, got {type(prompt_mask).__name__}")
-            if prompt_mask.shape != input_ids.shape:
-                raise ValueError(
-                    f"prompt_mask must have the shape of input_ids {tuple(input_ids.shape)}, got {tuple(prompt_mask.shape)}"
-                )
-            if prompt_mask.dtype != torch.bool and bool(((prompt_mask != 0) & (prompt_mask != 1)).any()):
-                raise ValueError("prompt_mask must be boolean or 0/1")
-            empty = (prompt_mask != 0).sum(1) == 0
-            if bool(empty.any()):
-                raise ValueError(
-                    f"prompt_mask must select at least one token per row; rows {torch.nonzero(empty).flatten().tolist()} are all zero"
-                )
-        if route is not None:
+            _check_prompt_mask(prompt_mask, tuple(input_ids.shape))
+        if route is not None:  # (B,) task indices or (B, K) weights
             k = len(self.tasks)
-            if not isinstance(route, torch.Tensor):
-                raise TypeError(f"route must be a torch.Tensor, got {type(route).__name__}")
+            check_tensor(route, "route", ndim=(1, 2), dtype=None, finite=False)
             if route.ndim == 1:
-                if route.shape[0] != input_ids.shape[0] or route.dtype in (
-                    torch.float16,
-                    torch.float32,
-                    torch.float64,
-                ):
-                    raise ValueError(
-                        f"route must be integer task indices of shape ({input_ids.shape[0]},), got {route.dtype} {tuple(route.shape)}"
-                    )
+                check_tensor(route, "route", shape=(b,), dtype="int")
                 if bool(((route < 0) | (route >= k)).any()):
                     raise ValueError(f"route indices must be in [0, {k}), got {route.tolist()}")
-            elif route.ndim == 2:
-                if tuple(route.shape) != (input_ids.shape[0], k):
-                    raise ValueError(
-                        f"route weights must have shape ({input_ids.shape[0]}, {k}), got {tuple(route.shape)}"
-                    )
-                _check_finite(route, "route")
             else:
-                raise ValueError(
-                    f"route must be (B,) indices or (B, K) weights, got shape {tuple(route.shape)}"
-                )
+                check_tensor(route, "route", shape=(b, k))
         if self.training and self.current is None:
             raise RuntimeError(
                 "forward in train mode needs a current task: call begin_task(name) first (or eval())"
