@@ -13,12 +13,13 @@ tables without id token, each over its own 10-token sub-vocabulary; consecutive 
 flipped polarity, so one shared LoRA interferes. Learners: SeqLoRA (one LoRA trained on the tasks in
 order), ours (q/v LoRA r 8, α 32, L2, τ 1, top-1, per-layer routing), the oracle (per-task LoRA selected
 by the true task id; the information-leakage upper bound) and uniform averaging of the per-task LoRAs.
-:data:`QUICK` has 2 tasks, 1 epoch, a smaller base.
+:data:`QUICK` has 2 tasks, 2 epochs, a smaller base.
 
 Pass rule (:func:`checks`): ours AP ≥ oracle AP − 5 points, ours AP ≥ SeqLoRA AP + 15 points (quick:
 first task's drop after the second task ≤ 10 points under ours, and ours ≥ SeqLoRA), uniform AP ≤ ours AP
 − 10 points (full), routing accuracy averaged over layers ≥ 0.9 (quick 0.8) and no layer-task pair below
-0.5; the oracle must reach ≥ 0.85 (quick 0.8) on every task, else the comparison is inconclusive.
+0.5. Pre-condition (:func:`preconditions`): the oracle reaches ≥ 0.85 (quick 0.8) on every task, else the
+run is INCONCLUSIVE (a chance-level oracle makes "ours ≥ oracle − 5" vacuous).
 
 Run: ``python -m icml25.federated.experiments.cl_peft_select [--full] [--seed N] [--out DIR]``.
 """
@@ -70,7 +71,10 @@ class Setting:
     n_tasks: int
     """Continual tasks (paper: 15 SuperNI / Long-Sequence tasks; ours 5 synthetic polarity tasks, quick 2)."""
     epochs: int
-    """Epochs per task (paper 50 with the best checkpoint by ROUGE-L; ours 3, quick 1)."""
+    """Epochs per task (paper 50 with the best checkpoint by ROUGE-L; ours 4, quick 2). The plan chooses the
+    budget by the oracle pre-condition: at 3 epochs the oracle's weakest task was 0.857 on an AMD EPYC (the
+    run recorded there) but 0.847 on an Intel Xeon (the two CPUs' float paths drift apart over training),
+    under the 0.85 bar; at 4 epochs it is 0.883 on the Intel Xeon (seed 0, measured before this change)."""
     n_train: int = 600
     """Training examples per task (paper: SuperNI's 1,000 per task; ours 600)."""
     n_test: int = 300
@@ -97,7 +101,7 @@ class Setting:
     """Routing accuracy averaged over wrapped layers, at least (ours 0.9, quick 0.8)."""
 
 
-FULL = Setting(n_tasks=5, epochs=3)
+FULL = Setting(n_tasks=5, epochs=4)
 # Quick: 2 epochs, not 1: with 1 epoch the oracle reached only 0.81 on the first task, at the
 # edge of its 0.8 pre-condition (measured once while sizing the quick run; the thresholds are unchanged).
 QUICK = Setting(
@@ -126,14 +130,20 @@ MIN_PAIR_ROUTING = 0.5
 """No (wrapped layer, task) pair's routing accuracy below this (a per-layer collapse guard)."""
 
 
+def preconditions(setting: Setting) -> list[Check]:
+    """When the comparison can show the effect at all: the oracle fits every task."""
+    return [
+        Check(
+            f"oracle accuracy >= {setting.min_oracle:g} on every task",
+            lambda m: m["oracle_min_task_acc"] >= setting.min_oracle,
+        )
+    ]
+
+
 def checks(setting: Setting) -> list[Check]:
     """The pass rule of ``setting`` (accuracies in points, routing accuracies as fractions)."""
     quick = setting.n_tasks <= 2
     out = [
-        Check(
-            f"oracle accuracy >= {setting.min_oracle:g} on every task (pre-condition)",
-            lambda m: m["oracle_min_task_acc"] >= setting.min_oracle,
-        ),
         Check(
             f"ours AP >= oracle AP - {ORACLE_MARGIN:g}",
             lambda m: m["ours_ap"] >= m["oracle_ap"] - ORACLE_MARGIN,
@@ -525,6 +535,7 @@ def run(quick: bool = True, seed: int = 0, out_dir: str | Path | None = None) ->
         paper=PAPER,
         claim=CLAIM,
         checks=checks(setting),
+        preconditions=preconditions(setting),
         metrics=m,
         headline="ours_ap",
         baseline="baseline_seqlora_ap",
