@@ -269,10 +269,13 @@ def test_moment_estimates_are_invariant_to_the_order_of_the_data(seed):
 
 
 class _ReferenceLSVIUCB:
-    """Tabular LSVI-UCB written sample by sample (Jin et al. 2020 with one-hot features, lam = 0)."""
+    """Tabular LSVI-UCB written sample by sample (Jin et al. 2020 with one-hot features, lam = 0).
 
-    def __init__(self, S, A, H, beta):
-        self.S, self.A, self.H, self.beta = S, A, H, beta
+    ``pool=True``: every step's fit uses the transitions of all steps (the paper's Algorithm 1, line 5).
+    """
+
+    def __init__(self, S, A, H, beta, pool=False):
+        self.S, self.A, self.H, self.beta, self.pool = S, A, H, beta, pool
         self.data = [[] for _ in range(H)]
         self.q = np.zeros((H, S, A))
 
@@ -280,33 +283,108 @@ class _ReferenceLSVIUCB:
         for h, t in enumerate(episode):
             self.data[h].append(t)
         for h in reversed(range(self.H)):
+            data = [t for d in self.data for t in d] if self.pool else self.data[h]
             for s, a in itertools.product(range(self.S), range(self.A)):
                 ys = [
                     t.reward + (0.0 if h == self.H - 1 else self.q[h + 1, t.next_state].max())
-                    for t in self.data[h]
+                    for t in data
                     if (t.state, t.action) == (s, a)
                 ]
                 cap = self.H - h
                 self.q[h, s, a] = min(sum(ys) / len(ys) + self.beta / math.sqrt(len(ys)), cap) if ys else cap
 
 
-def test_n_moments_1_is_lsvi_ucb_and_does_not_change_the_actions():
+@pytest.mark.parametrize("pool_steps", [True, False])
+def test_n_moments_1_is_lsvi_ucb_and_does_not_change_the_actions(pool_steps):
     mdp = two_branch_chain()
     beta = 1.5
     runs = {}
-    for n_moments in (1, 4):
-        env, agent = TabularMDPEnv(mdp), TabularSFLSVI(8, 2, 8, n_moments=n_moments, beta=beta, seed=5)
-        ref = _ReferenceLSVIUCB(8, 2, 8, beta)
+    for n_moments, targets in ((1, "optimistic"), (4, "optimistic"), (4, "regressed")):
+        env = TabularMDPEnv(mdp)
+        agent = TabularSFLSVI(8, 2, 8, n_moments=n_moments, beta=beta, seed=5, moment_targets=targets,
+                              pool_steps=pool_steps)  # fmt: skip
+        ref = _ReferenceLSVIUCB(8, 2, 8, beta, pool=pool_steps)
         actions, qs = [], []
-        for k in range(120):
+        for k in range(60 if pool_steps else 120):
             episode = run_episode(env, agent, seed=11 if k == 0 else None)
             ref.update(episode)
             np.testing.assert_allclose(agent.q_, ref.q, rtol=1e-12, atol=1e-12)
             actions.append([t.action for t in episode])
             qs.append(agent.q_.copy())
-        runs[n_moments] = actions, np.stack(qs)
-    assert runs[1][0] == runs[4][0]  # identical action sequences, same seed
-    np.testing.assert_array_equal(runs[1][1], runs[4][1])  # bit-for-bit optimistic values
+        runs[n_moments, targets] = actions, np.stack(qs)
+    for key in ((4, "optimistic"), (4, "regressed")):
+        assert runs[1, "optimistic"][0] == runs[key][0]  # identical action sequences, same seed
+        np.testing.assert_array_equal(runs[1, "optimistic"][1], runs[key][1])  # bit-for-bit optimistic values
+
+
+def test_pooled_fit_of_every_step_is_the_fit_on_the_concatenated_data():
+    """pool_steps (Algorithm 1, line 5): step h's fit equals a per-step fit on all steps' transitions."""
+    mdp = two_branch_chain()  # time-homogeneous
+    episodes = _random_episodes(mdp, 50, seed=6)
+    episodes[2] = [*episodes[2][:3], Transition(*episodes[2][3][:4], terminated=True)]  # a terminal step
+    b = EpisodeBatch.from_episodes(episodes)
+    n, H = len(b.step), 8
+    # every transition copied to every step h: the per-step statistics of step h are then the pooled ones
+    rep = EpisodeBatch(np.repeat(np.arange(H), n), *(np.tile(x, H) for x in (b.state, b.action, b.reward,
+                       b.next_state, b.terminated, b.episode)), b.n_episodes)  # fmt: skip
+    for targets in ("optimistic", "regressed"):
+        pooled = TabularSFLSVI(8, 2, H, beta=0.7, moment_targets=targets).fit(b)
+        concat = TabularSFLSVI(8, 2, H, beta=0.7, moment_targets=targets, pool_steps=False).fit(rep)
+        np.testing.assert_allclose(pooled.moments_, concat.moments_, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(pooled.q_, concat.q_, rtol=1e-12, atol=1e-12)
+        assert (pooled.counts_ == b_counts(b)).all()  # the statistics stay per step; only the fit pools
+    lin = LinearSFLSVI(lambda s, a: np.eye(16)[s * 2 + a], 16, H, 2, beta=0.7, lam=1.0).fit(episodes)
+    tab = TabularSFLSVI(8, 2, H, beta=0.7, lam=1.0).fit(episodes)
+    for h, s in itertools.product(range(H), range(8)):
+        np.testing.assert_allclose(lin.q_values(h, s), tab.q_[h, s], rtol=1e-9, atol=1e-12)
+        for a in range(2):
+            np.testing.assert_allclose(lin.moments(h, s, a), tab.moments_[h, s, a], rtol=1e-9, atol=1e-12)
+    np.testing.assert_array_equal(lin.counts_, b_counts(b).sum((1, 2)))
+
+
+def b_counts(b: EpisodeBatch) -> np.ndarray:
+    counts = np.zeros((8, 8, 2))
+    np.add.at(counts, (b.step, b.state, b.action), 1.0)
+    return counts
+
+
+@pytest.mark.parametrize("pool_steps", [True, False])
+def test_optimistic_moment_targets(pool_steps):
+    """Algorithm 1, lines 10-11: the first moment carried is min(f + b, cap) = Q; with b = 0 the modes agree."""
+    mdp = two_branch_chain()
+    episodes = _random_episodes(mdp, 40, seed=8)
+    kw = {"pool_steps": pool_steps}
+    opt = TabularSFLSVI(8, 2, 8, beta=0.9, **kw).fit(episodes)
+    reg = TabularSFLSVI(8, 2, 8, beta=0.9, moment_targets="regressed", **kw).fit(episodes)
+    # greedy policy: the optimistic first moment is the decision's Q = min(f^(1) + b, r_max (H - h))
+    np.testing.assert_allclose(opt.moments_[..., 0], opt.q_, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(opt.q_, reg.q_)  # the decision does not depend on the moment targets
+    assert (opt.moments_[..., 0] >= reg.moments_[..., 0] - 1e-12).all()  # the bonus inflates the mean
+    assert (opt.moments_[..., 0] > reg.moments_[..., 0] + 1e-6).any()
+    # by hand at the last step (targets r^n, no carried moments): min(mean r + beta / sqrt(n), cap)
+    counts = opt.counts_.sum(0) if pool_steps else opt.counts_[7]
+    seen = counts > 0
+    np.testing.assert_allclose(
+        opt.moments_[7, ..., 0][seen],
+        np.minimum(reg.moments_[7, ..., 0][seen] + 0.9 / np.sqrt(counts[seen]), 1.0),
+        rtol=1e-12,
+    )
+    assert (opt.moments_[7, ..., 0][~seen] == 1.0).all()  # unvisited: the cap (infinite bonus)
+    # a fixed eval_policy: first moment min(f^(1)_pi + b, cap), where f^(1)_pi carries the optimistic mean
+    pi = np.random.default_rng(0).dirichlet(np.ones(2), size=(8, 8))
+    ev = TabularSFLSVI(8, 2, 8, beta=0.9, eval_policy=pi, **kw).fit(episodes)
+    assert (ev.moments_[..., 0] <= 8 - np.arange(8)[:, None, None] + 1e-12).all()
+    v = project_moments(ev.moments_, (8 - np.arange(8))[:, None, None])
+    np.testing.assert_allclose(v, ev.moments_, rtol=1e-12, atol=1e-12)  # valid moment vectors
+    # zero bonus: the two target modes coincide, for the tabular and the linear agent
+    for cls_kw in ({}, {"eval_policy": pi}):
+        a = TabularSFLSVI(8, 2, 8, beta=0.0, **kw, **cls_kw).fit(episodes)
+        b = TabularSFLSVI(8, 2, 8, beta=0.0, moment_targets="regressed", **kw, **cls_kw).fit(episodes)
+        np.testing.assert_array_equal(a.moments_, b.moments_)
+    feat = np.random.default_rng(1).normal(size=(16, 5))
+    lins = [LinearSFLSVI(lambda s, a: feat[s * 2 + a], 5, 8, 2, beta=0.0, moment_targets=t, **kw).fit(episodes)
+            for t in ("optimistic", "regressed")]  # fmt: skip
+    np.testing.assert_array_equal(lins[0].W_, lins[1].W_)
 
 
 def test_linear_with_one_hot_features_equals_tabular():
@@ -386,17 +464,23 @@ def test_frozen_lake_moments_match_exact_dp():
     )
 
 
-def test_online_learning_on_a_gymnasium_env():
+@pytest.mark.parametrize("moment_targets", ["optimistic", "regressed"])
+def test_online_learning_on_a_gymnasium_env(moment_targets):
     mdp = two_branch_chain()
     env = TabularMDPEnv(mdp)
-    agent = TabularSFLSVI.from_env(env, 8, beta=2.0, seed=0)
+    agent = TabularSFLSVI.from_env(env, 8, beta=2.0, seed=0, moment_targets=moment_targets)
     for k in range(400):
         run_episode(env, agent, seed=0 if k == 0 else None)
     _, pi_star = optimal_policy(mdp.P, mdp.mean_reward, 8)
     assert mdp.init @ policy_values(mdp, agent.policy_) == pytest.approx(
         mdp.init @ policy_values(mdp, pi_star)
     )
-    np.testing.assert_allclose(agent.moments(0, 0, 0), 3.5 ** np.arange(1, 5))  # the safe branch, exactly
+    exact = 3.5 ** np.arange(1, 5)  # the safe branch (deterministic rewards)
+    if moment_targets == "regressed":
+        np.testing.assert_allclose(agent.moments(0, 0, 0), exact)  # exactly
+    else:  # the paper's Algorithm 1: optimistic moments, above the exact ones by the carried bonuses
+        assert agent.moments(0, 0, 0)[0] == pytest.approx(agent.q_values(0, 0)[0], rel=1e-12)
+        assert (agent.moments(0, 0, 0) > exact).all()
 
 
 def test_linear_agent_on_a_box_observation_env():
@@ -418,6 +502,14 @@ def test_linear_agent_on_a_box_observation_env():
 
 
 # ----------------------------------------------------------------------------- bad inputs
+def test_bad_options_raise_clear_errors():
+    for cls, args in ((TabularSFLSVI, (2, 2, 2)), (LinearSFLSVI, (lambda s, a: np.ones(2), 2, 2, 2))):
+        with pytest.raises(ValueError, match="moment_targets must be one of"):
+            cls(*args, moment_targets="mean")
+        with pytest.raises(TypeError, match="pool_steps must be a bool"):
+            cls(*args, pool_steps="yes")
+
+
 def test_bad_inputs_raise_clear_errors():
     with pytest.raises(ValueError, match="n_moments"):
         TabularSFLSVI(4, 2, 3, n_moments=0)
@@ -490,18 +582,25 @@ def test_threshold_text_is_the_checks():
 
 
 def test_quick_reproduction(tmp_path):
+    """The recorded expectation: a known miss of the moment check only (the catalog's P43 block).
+
+    At the paper's Algorithm 1 the moments carry the optimistic mean, so they sit above exact DP by the
+    bonus; our earlier form (regressed moments, per-step data; the ``ours_`` metrics) is within tolerance.
+    """
     report = experiment.run(quick=True, seed=0, out_dir=tmp_path)
-    assert report.paper == "P43" and report.passed
+    assert report.paper == "P43" and report.passed is False
     assert list(report.checks) == [c.name for c in experiment.checks(experiment.QUICK)]
-    assert all(report.checks.values())
+    assert [name for name, ok in report.checks.items() if not ok] == [experiment.MOMENT_CHECK]
     m = report.metrics
+    assert m["moment_check_worst_ratio"] > 1.0 and m["risky_m1_learned"] > 1.1 * m["risky_m1_dp"]
+    assert m["ours_moment_check_worst_ratio"] <= 1.0 and m["ours_safe_m4_learned"] == pytest.approx(3.5**4)
     # (A): moment targets unbiased (exactly, and statistically), quantile targets biased
     assert m["moment_max_exact_bias"] < 1e-10 and m["quantile_max_exact_bias"] > 0.3
     assert m["moment_max_abs_z"] < 4.9 and m["quantile_frac_abs_z_gt_5"] >= 0.3
     assert m["moment_entries"] == 600 and m["quantile_entries"] == 450
     # (B): SF-LSVI acts like LSVI-UCB; the safe branch's moments are exact (deterministic rewards)
     assert m["sf_lsvi_lsvi_ucb_identical_actions"] == 1.0 and m["sf_lsvi_regret"] == m["lsvi_ucb_regret"]
-    assert m["safe_m4_learned"] == pytest.approx(3.5**4) and m["moment_check_worst_ratio"] <= 1.0
+    assert m["ours_regret"] > m["sf_lsvi_regret"]  # pooling all steps' data learns faster here
     assert report.figures and all(f.exists() and f.stat().st_size > 0 for f in report.figures)
 
 
@@ -511,10 +610,15 @@ def test_broken_expansion_fails_the_quick_gate():
     assert report.metrics["moment_max_exact_bias"] > 1.0
 
 
-def test_no_optimism_bonus_fails_the_quick_gate():
-    """Without the bonus the greedy agent never tries the second branch: its moments stay unlearned."""
+def test_no_optimism_bonus_fails_the_moment_check():
+    """Without the bonus the greedy agent never tries the second branch: its moments stay unlearned.
+
+    The paper's form already misses the moment check (inflated moments), so the control is our form's
+    check, which the correct agent passes (``test_quick_reproduction``).
+    """
     report = experiment.run(quick=True, seed=0, setting=dataclasses.replace(experiment.QUICK, bonus_c=0.0))
     assert not report.passed and report.checks[experiment.MOMENT_CHECK] is False
+    assert report.metrics["ours_moment_check_worst_ratio"] > 1.0
     assert report.checks[MOMENT_Z]  # part (A) does not depend on the agent
 
 
@@ -524,11 +628,14 @@ def test_wrong_moment_clipping_fails_the_moment_check(monkeypatch):
 
     monkeypatch.setattr(agents, "project", lambda m, u: np.clip(m, 0.0, np.asarray(u)[..., None]))
     metrics, _ = experiment.regret_study(experiment.QUICK, seed=0)
-    assert metrics["moment_check_worst_ratio"] > 1.0
+    assert metrics["ours_moment_check_worst_ratio"] > 1.0 and metrics["moment_check_worst_ratio"] > 1.0
 
 
 @pytest.mark.slow
 def test_full_reproduction():
     report = experiment.run(quick=False, seed=0)
-    assert report.passed and len(report.checks) == 7 and all(report.checks.values())
-    assert report.metrics["eps_greedy_regret"] >= 1.5 * report.metrics["sf_lsvi_regret"]
+    assert report.passed is False and len(report.checks) == 7  # a known miss of the moment check only
+    assert [name for name, ok in report.checks.items() if not ok] == [experiment.MOMENT_CHECK]
+    m = report.metrics
+    assert m["eps_greedy_regret"] >= 1.5 * m["sf_lsvi_regret"] and m["sf_lsvi_regret_ratio"] <= 1.6
+    assert m["ours_moment_check_worst_ratio"] <= 1.0 and m["ours_regret_ratio"] <= 1.6

@@ -18,14 +18,20 @@ calibration check on the mean of ``z^2``.
 
 **(B) Regret.** The two-branch "stochastic chain" (:func:`~icml25.rl.sf_lsvi.two_branch_chain`): 8 states,
 H = 8. The safe branch pays 0.5 per step; the risky branch pays Bernoulli(0.3), a gap of 1.4 per episode.
-Each branch step also offers an "exit" into a zero-reward dead end. Three agents are compared:
-tabular SF-LSVI (N = 4), LSVI-UCB (N = 1, the same bonus ``beta = c H sqrt(log(H S A K / delta))`` with
-``c = 0.1``, ``delta = 0.1``) and ε-greedy Q-learning (ε = 0.1). Regret is the exact expected regret
+Each branch step also offers an "exit" into a zero-reward dead end. Three agents are gated:
+tabular SF-LSVI (N = 4) as the paper's Algorithm 1 has it (optimistic first moment carried into the moment
+targets, every step fit on the transitions of all steps: ``TabularSFLSVI``'s defaults), LSVI-UCB (N = 1 of
+the same algorithm, the same bonus ``beta = c H sqrt(log(H S A K / delta))`` with ``c = 0.1``,
+``delta = 0.1``) and ε-greedy Q-learning (ε = 0.1). Regret is the exact expected regret
 ``sum_k V*(s_0) - V^{pi_k}(s_0)`` of the executed policies. Because the decision uses the optimistic mean,
 SF-LSVI and LSVI-UCB take identical actions; this is reported, not gated. The moment check evaluates the
-optimal policy with SF-LSVI's moment regression on the data SF-LSVI collected, at h = 1 (our step 0) for
-both first actions and every ``n <= 4``. Each moment must lie within max(10%, 3 bootstrap SE) of exact
-dynamic programming (200 episode-bootstrap refits).
+optimal policy with SF-LSVI's moment regression (the same options, the same bonus) on the data SF-LSVI
+collected, at h = 1 (our step 0) for both first actions and every ``n <= 4``. Each moment must lie within
+max(10%, 3 bootstrap SE) of exact dynamic programming (200 episode-bootstrap refits).
+
+A fourth arm is reported, not gated: our earlier form (``moment_targets="regressed"``, ``pool_steps=False``:
+moments regressed without the bonus, each step on its own transitions), with its regret and its moment
+check (metrics prefixed ``ours_``).
 
 Quick: (A) with 200 replicates and (B) with K = 300 and the moment check only.
 Run: ``python -m icml25.rl.experiments.sf_lsvi [--full] [--seed N] [--out DIR]``.
@@ -276,15 +282,26 @@ def learn(env: TabularMDPEnv, agent: Any, episodes: int, v_star: float, seed: in
     return regret, data, actions
 
 
-def moment_check(setting: Setting, mdp: Any, episodes: list, beta: float, seed: int) -> dict[str, float]:
-    """Learned moments of the optimal policy at step 0 vs DP, tolerance max(10%, 3 bootstrap SE)."""
+PAPER_FORM: dict[str, Any] = {"moment_targets": "optimistic", "pool_steps": True}
+"""SF-LSVI as the paper's Algorithm 1 has it (the agents' defaults): the gated arm."""
+OUR_FORM: dict[str, Any] = {"moment_targets": "regressed", "pool_steps": False}
+"""Our earlier reading (moments without the bonus, per-step data): a reported arm."""
+
+
+def moment_check(setting: Setting, mdp: Any, episodes: list, beta: float, seed: int,
+                 options: dict[str, Any] | None = None) -> dict[str, float]:  # fmt: skip
+    """Learned moments of the optimal policy at step 0 vs DP, tolerance max(10%, 3 bootstrap SE).
+
+    ``options`` are the agent's ``moment_targets`` / ``pool_steps`` (default: the paper's form).
+    """
+    options = PAPER_FORM if options is None else options
     H, S, A, N = mdp.H, mdp.n_states, mdp.n_actions, setting.n_moments
     _, pi_star = optimal_policy(mdp.P, mdp.mean_reward, H)
     exact = exact_return_moments(mdp.P, mdp.reward_moments(N), pi_star, H)[0, CHAIN_START]  # [A, N]
     batch = EpisodeBatch.from_episodes(episodes)
 
     def fit(weights: np.ndarray | None) -> np.ndarray:
-        agent = TabularSFLSVI(S, A, H, N, beta=beta, eval_policy=pi_star)
+        agent = TabularSFLSVI(S, A, H, N, beta=beta, eval_policy=pi_star, **options)
         return agent.fit(batch, weights).moments_[0, CHAIN_START]
 
     learned = fit(None)
@@ -311,15 +328,16 @@ def regret_study(setting: Setting, seed: int) -> tuple[dict[str, float], dict[st
     _, pi_star = optimal_policy(mdp.P, mdp.mean_reward, H)
     v_star = float(mdp.init @ policy_values(mdp, pi_star))
     K = setting.episodes
-    curves: dict[str, list[np.ndarray]] = {"sf_lsvi": [], "lsvi_ucb": [], "eps_greedy": []}
-    identical, first_data, greedy_gap = True, None, []
-    bar = progress(total=3 * K * setting.n_seeds, desc="P43 regret")
+    curves: dict[str, list[np.ndarray]] = {"sf_lsvi": [], "lsvi_ucb": [], "eps_greedy": [], "ours": []}
+    identical, first_data, ours_data, greedy_gap = True, None, None, []
+    bar = progress(total=len(curves) * K * setting.n_seeds, desc="P43 regret")
     for i in range(setting.n_seeds):
         run_seed = 1000 * seed + i
         agents = {
-            "sf_lsvi": TabularSFLSVI(S, A, H, setting.n_moments, beta=beta, seed=run_seed),
-            "lsvi_ucb": TabularSFLSVI(S, A, H, 1, beta=beta, seed=run_seed),
+            "sf_lsvi": TabularSFLSVI(S, A, H, setting.n_moments, beta=beta, seed=run_seed, **PAPER_FORM),
+            "lsvi_ucb": TabularSFLSVI(S, A, H, 1, beta=beta, seed=run_seed, **PAPER_FORM),
             "eps_greedy": EpsilonGreedyQLearning(S, A, H, setting.epsilon, seed=run_seed),
+            "ours": TabularSFLSVI(S, A, H, setting.n_moments, beta=beta, seed=run_seed, **OUR_FORM),
         }
         actions = {}
         for name, agent in agents.items():
@@ -329,17 +347,23 @@ def regret_study(setting: Setting, seed: int) -> tuple[dict[str, float], dict[st
                 greedy_gap.append(v_star - float(mdp.init @ policy_values(mdp, agent.policy_)))
                 if i == 0:
                     first_data = data
+            if name == "ours" and i == 0:
+                ours_data = data
         identical &= actions["sf_lsvi"] == actions["lsvi_ucb"]
     bar.close()
     mean = {name: np.mean(c, axis=0) for name, c in curves.items()}
     metrics = {f"{name}_regret": float(c[-1]) for name, c in mean.items()}
-    metrics["sf_lsvi_regret_half"] = float(mean["sf_lsvi"][K // 2 - 1])
-    metrics["sf_lsvi_regret_ratio"] = metrics["sf_lsvi_regret"] / max(metrics["sf_lsvi_regret_half"], 1e-12)
-    metrics["eps_greedy_over_sf_lsvi"] = metrics["eps_greedy_regret"] / max(metrics["sf_lsvi_regret"], 1e-12)
+    for name in ("sf_lsvi", "ours"):
+        metrics[f"{name}_regret_half"] = float(mean[name][K // 2 - 1])
+        regret = metrics[f"{name}_regret"]
+        metrics[f"{name}_regret_ratio"] = regret / max(metrics[f"{name}_regret_half"], 1e-12)
+        metrics[f"eps_greedy_over_{name}"] = metrics["eps_greedy_regret"] / max(regret, 1e-12)
     metrics["sf_lsvi_lsvi_ucb_identical_actions"] = float(identical)
     metrics["sf_lsvi_final_greedy_gap"] = float(np.mean(greedy_gap))
     metrics["beta"] = beta
-    metrics.update(moment_check(setting, mdp, first_data, beta, seed))
+    metrics.update(moment_check(setting, mdp, first_data, beta, seed, PAPER_FORM))
+    ours = moment_check(setting, mdp, ours_data, beta, seed, OUR_FORM)
+    metrics.update({f"ours_{k}": v for k, v in ours.items()})
     return metrics, {name: np.stack(c) for name, c in curves.items()}
 
 
@@ -348,9 +372,10 @@ def _figure(z: dict[str, np.ndarray], curves: dict[str, np.ndarray], out_dir: Pa
     fig, (ax_z, ax_r) = new_figure(1, 2, figsize=(11, 4))
     k = np.arange(1, curves["sf_lsvi"].shape[1] + 1)
     styles = {
-        "sf_lsvi": ("SF-LSVI (N=4)", "-", "C0"),
+        "sf_lsvi": ("SF-LSVI (N=4, Algorithm 1)", "-", "C0"),
         "lsvi_ucb": ("LSVI-UCB (N=1, same actions)", "--", "C1"),
         "eps_greedy": ("ε-greedy Q-learning", "-", "C3"),
+        "ours": ("SF-LSVI, ours (regressed moments, per-step data)", ":", "C2"),
     }
     for name, (label, ls, color) in styles.items():
         c = curves[name]

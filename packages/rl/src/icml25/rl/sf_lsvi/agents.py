@@ -13,10 +13,25 @@ going backward ``h = H-1 .. 0`` after every episode, and acts greedily on an opt
   with ties broken uniformly at random (and the moment targets average over tied actions, so they describe
   the executed policy).
 
-Our reading of the paper (no official code): the moments are regressed on the unbiased targets of the greedy
-policy, the optimism lives in the mean used for the decision. Hence the decisions do not depend on
-``N``: ``n_moments=1`` is exactly LSVI-UCB (same bonus, same tie-breaking stream), and the higher moments
-come for free as unbiased estimates of the greedy policy's return distribution.
+Two options choose between the paper's Algorithm 1 (Appendix B; no official code) and our earlier reading;
+the defaults are the paper's:
+
+* ``moment_targets="optimistic"`` (Algorithm 1, lines 10-11): the moment vector carried to step ``h - 1``
+  has the optimistic ``min(f_h^(1) + b_h, r_max (H - h))`` as its first moment (the regressed higher moments
+  are then projected with it), so the binomial targets of step ``h - 1`` hold the optimistic mean in their
+  cross terms and ``moments_`` are optimistic until the bonus shrinks. ``"regressed"`` (ours): the moments
+  are regressed on the unbiased targets of the greedy policy's regressed moments; the optimism lives only
+  in the mean used for the decision, so ``moments_`` estimate the executed policy's return distribution
+  without the bonus. With ``beta = 0`` the two coincide.
+* ``pool_steps=True`` (Algorithm 1, line 5): the fit of step ``h`` uses the transitions of *every* step
+  ``h'`` of past episodes (targets built with step ``h + 1``'s estimates), and the bonus counts them all.
+  This assumes a **time-homogeneous** MDP (the transition kernel and the reward law do not depend on ``h``,
+  as for every :class:`~icml25.rl.sf_lsvi.TabularMDP` and gymnasium env here); with step-dependent kernels
+  pass ``pool_steps=False`` (ours, standard LSVI: step ``h`` on the step-``h`` transitions only).
+
+Either way the decision is greedy on the optimistic mean regressed on ``r + V_{h+1}(s')``, so the actions do
+not depend on ``N`` or on ``moment_targets``: ``n_moments=1`` is LSVI-UCB (same bonus, same tie-breaking
+stream, on the pooled data when ``pool_steps``).
 
 Data: an episode is a sequence of :class:`Transition` ``(state, action, reward, next_state, terminated)``,
 one per step ``h = 0, 1, ...`` (at most ``H``); a terminated transition ends the episode (future return 0).
@@ -33,6 +48,7 @@ from typing import Any, NamedTuple
 import gymnasium as gym
 import numpy as np
 
+from icml25.kernels.checks import check_choice
 from icml25.rl.sf_lsvi._checks import as_float_array, check_float, check_int
 from icml25.rl.sf_lsvi.mdp import as_policy
 from icml25.rl.sf_lsvi.moments import expansion_tensor, moment_bellman_target, project
@@ -42,6 +58,15 @@ __all__ = ["EpisodeBatch", "EpsilonGreedyQLearning", "LinearSFLSVI", "TabularSFL
 logger = logging.getLogger(__name__)
 
 _MAX_TABLE = 200_000_000  # float64 entries of the dense tabular statistics (1.6 GB)
+MOMENT_TARGETS = ("optimistic", "regressed")
+
+
+def _options(moment_targets: Any, pool_steps: Any) -> tuple[str, bool]:
+    """Validated ``moment_targets`` and ``pool_steps`` (see the module docstring)."""
+    moment_targets = check_choice(moment_targets, "moment_targets", MOMENT_TARGETS)
+    if not isinstance(pool_steps, (bool, np.bool_)):
+        raise TypeError(f"pool_steps must be a bool, got {type(pool_steps).__name__} {pool_steps!r}")
+    return moment_targets, bool(pool_steps)
 
 
 class Transition(NamedTuple):
@@ -249,6 +274,10 @@ class TabularSFLSVI(_TabularAgent):
         eval_policy: optional ``[H, S]`` actions or ``[H, S, A]`` probabilities: the moment targets follow
             this fixed policy (distributional policy evaluation) instead of the greedy one.
         seed: seed of the tie-breaking generator.
+        moment_targets: ``"optimistic"`` (the paper's Algorithm 1: the first moment carried and reported is
+            ``min(f^(1) + b, r_max (H - h))``) or ``"regressed"`` (ours: the regressed moments, no bonus).
+        pool_steps: ``True`` (Algorithm 1: every step's fit uses the transitions of all steps; assumes a
+            time-homogeneous MDP) or ``False`` (ours: step ``h`` on the step-``h`` transitions).
 
     Fitted attributes (updated after every :meth:`update` / :meth:`fit`): ``moments_ [H, S, A, N]``,
     ``q_ [H, S, A]`` (optimistic mean), ``policy_ [H, S, A]`` (greedy, uniform over ties), ``counts_``.
@@ -257,8 +286,10 @@ class TabularSFLSVI(_TabularAgent):
 
     def __init__(self, n_states: Any, n_actions: Any, H: int, n_moments: int = 4, beta: float = 1.0,
                  lam: float = 0.0, r_max: float = 1.0, eval_policy: Any = None,
-                 seed: int | None = None) -> None:  # fmt: skip
+                 seed: int | None = None, *, moment_targets: str = "optimistic",
+                 pool_steps: bool = True) -> None:  # fmt: skip
         super().__init__(n_states, n_actions, H, r_max, seed)
+        self.moment_targets, self.pool_steps = _options(moment_targets, pool_steps)
         self.n_moments = check_int(n_moments, "n_moments", minimum=1)
         self.beta = check_float(beta, "beta", minimum=0.0)
         self.lam = check_float(lam, "lam", minimum=0.0)
@@ -324,21 +355,26 @@ class TabularSFLSVI(_TabularAgent):
         nxt_m = np.zeros((S + 1, N + 1))
         nxt_m[:, 0] = 1.0
         nxt_v = np.zeros(S + 1)
+        # pool_steps: every step is fit on the transitions of all steps (Algorithm 1, line 5)
+        W_all, counts_all = (self._W.sum(0), self.counts_.sum(0)) if self.pool_steps else (None, None)
         for h in reversed(range(H)):
-            W = self._W[h]
-            cnt = self.counts_[h] + self.lam
+            W = self._W[h] if W_all is None else W_all
+            cnt = (self.counts_[h] if counts_all is None else counts_all) + self.lam
             seen = cnt > 0
             safe = np.where(seen, cnt, 1.0)
             # sum_i y_i^(n) = sum_k C(n,k) sum_i r_i^{n-k} m^(k)(s'_i), one contraction over (s', j, k)
             part = np.swapaxes(W, -1, -2) @ nxt_m  # [S, A, j, k] = sum_i r_i^j m^(k)(s'_i)
             sums = part.reshape(S, A, -1) @ self._expand
             cap = self.r_max * (H - h)
-            moments[h] = project(np.where(seen[..., None], sums / safe[..., None], 0.0), cap)
+            raw = np.where(seen[..., None], sums / safe[..., None], 0.0)
             mean_opt = (W[..., 1].sum(-1) + W[..., 0] @ nxt_v) / safe
             if self.beta > 0:
                 bonus = np.where(seen, self.beta / np.sqrt(safe), np.inf)
             else:
                 bonus = np.zeros((S, A))
+            if self.moment_targets == "optimistic":  # Algorithm 1, lines 10-11: carry the optimistic mean
+                raw[..., 0] = np.minimum(raw[..., 0] + bonus, cap)
+            moments[h] = project(raw, cap)
             q[h] = np.minimum(np.where(seen, mean_opt, 0.0) + bonus, cap)
             policy[h] = _greedy(q[h])
             target = policy[h] if self.eval_policy is None else self.eval_policy[h]
@@ -352,7 +388,11 @@ class TabularSFLSVI(_TabularAgent):
         return self._pick(self.q_[h, s])
 
     def moments(self, h: int, s: Any, a: int) -> np.ndarray:
-        """``[N]`` estimated moments ``E[Z_h(s, a)^n]`` of the return of the greedy (or ``eval_policy``)."""
+        """``[N]`` estimated moments ``E[Z_h(s, a)^n]`` of the return of the greedy (or ``eval_policy``).
+
+        With ``moment_targets="optimistic"`` (the default) the first moment is the optimistic
+        ``min(f^(1) + b, r_max (H - h))`` and the higher moments carry it (Algorithm 1).
+        """
         h, s = self._step_state(h, s)
         return self.moments_[h, s, self._action(a)].copy()
 
@@ -404,19 +444,23 @@ class LinearSFLSVI:
     With ``n_moments=1`` this is LSVI-UCB (Jin et al., 2020). Per step ``h``: ``Lambda_h = lam I + sum phi
     phi^T``, ``W_h = Lambda_h^{-1} sum phi y^T`` (``[d, N]``), optimistic ``Q_h(s, a) = min(phi^T w_h + beta
     sqrt(phi^T Lambda_h^{-1} phi), r_max (H - h))`` with ``w_h`` fit to ``r + max_a Q_{h+1}(s', a)``. The
-    moments ``phi^T W_h`` are projected onto valid moment vectors (:func:`project_moments`).
+    moments ``phi^T W_h`` (first moment plus the bonus, clipped, with ``moment_targets="optimistic"``) are
+    projected onto valid moment vectors (:func:`project_moments`). ``pool_steps=True`` fits every step on
+    the transitions of all steps (one ``Lambda`` for all ``h``; a time-homogeneous MDP).
 
     Args:
         feature_fn: ``feature_fn(state, action) -> [d]`` array (states may be anything the function takes).
         d: feature dimension. H: horizon. n_actions: number of actions (or a gymnasium ``Discrete``).
-        n_moments, beta, r_max, seed: as in :class:`TabularSFLSVI`. lam: ridge ``> 0``.
+        n_moments, beta, r_max, seed, moment_targets, pool_steps: as in :class:`TabularSFLSVI`.
+        lam: ridge ``> 0``.
 
     Every update refits all steps on all data (``O(n d^2 A)`` per step): meant for small problems.
     """
 
     def __init__(self, feature_fn: Callable[[Any, int], Any], d: int, H: int, n_actions: Any,
                  n_moments: int = 4, beta: float = 1.0, lam: float = 1.0, r_max: float = 1.0,
-                 seed: int | None = None) -> None:  # fmt: skip
+                 seed: int | None = None, *, moment_targets: str = "optimistic",
+                 pool_steps: bool = True) -> None:  # fmt: skip
         if not callable(feature_fn):
             raise TypeError(
                 f"feature_fn must be a callable (state, action) -> [d] array, got {type(feature_fn).__name__}"
@@ -429,6 +473,7 @@ class LinearSFLSVI:
         self.beta = check_float(beta, "beta", minimum=0.0)
         self.lam = check_float(lam, "lam", minimum=0.0, strict_min=True)
         self.r_max = check_float(r_max, "r_max", minimum=0.0, strict_min=True)
+        self.moment_targets, self.pool_steps = _options(moment_targets, pool_steps)
         self._rng = np.random.default_rng(_seed(seed))
         self._reset()
 
@@ -465,12 +510,19 @@ class LinearSFLSVI:
             raise ValueError(f"h must be a step in [0, H) = [0, {self.H}), got {h}")
         return h
 
-    def _q(self, h: int, feats: np.ndarray) -> np.ndarray:
+    def _bonus(self, h: int, feats: np.ndarray) -> np.ndarray:
         width = np.sqrt(np.maximum(np.einsum("...d,de,...e->...", feats, self.Lambda_inv_[h], feats), 0.0))
-        return np.minimum(feats @ self.w_[h] + self.beta * width, self.r_max * (self.H - h))
+        return self.beta * width
+
+    def _q(self, h: int, feats: np.ndarray) -> np.ndarray:
+        return np.minimum(feats @ self.w_[h] + self._bonus(h, feats), self.r_max * (self.H - h))
 
     def _moments(self, h: int, feats: np.ndarray) -> np.ndarray:
-        return project(feats @ self.W_[h], self.r_max * (self.H - h))
+        cap = self.r_max * (self.H - h)
+        raw = feats @ self.W_[h]
+        if self.moment_targets == "optimistic":  # Algorithm 1, lines 10-11: carry the optimistic mean
+            raw[..., 0] = np.minimum(raw[..., 0] + self._bonus(h, feats), cap)
+        return project(raw, cap)
 
     def _rows(self, episode: Any, name: str) -> list[tuple[np.ndarray, float, np.ndarray, bool]]:
         trs = _transitions(episode, name)
@@ -528,21 +580,32 @@ class LinearSFLSVI:
                     len(all_rows), sum(len(r) for r in all_rows), self.H, self.d, self.n_moments)  # fmt: skip
         return self
 
+    def _data(self, h: int | None) -> tuple[int, Any, Any, Any, Any]:
+        """``(n, phi [n, d], r [n], phi_next [n, A, d], term [n])`` of step ``h`` (``None``: all steps)."""
+        steps = range(self.H) if h is None else (h,)
+        n = sum(len(self._r[i]) for i in steps)
+        if n == 0:
+            return 0, None, None, None, None
+        return (
+            n,
+            np.stack([x for i in steps for x in self._phi[i]]),
+            np.asarray([x for i in steps for x in self._r[i]], dtype=np.float64),
+            np.stack([x for i in steps for x in self._phi_next[i]]),
+            np.asarray([x for i in steps for x in self._term[i]], dtype=bool),
+        )
+
     def _recompute(self) -> None:
         H, d, N = self.H, self.d, self.n_moments
+        pooled = self._data(None) if self.pool_steps else None  # Algorithm 1, line 5: all steps' data
         for h in reversed(range(H)):
-            n = len(self._r[h])
-            self.counts_[h] = n
+            n, phi, r, feats, term = pooled if pooled is not None else self._data(h)
+            self.counts_[h] = len(self._r[h])  # transitions seen at step h (the fit may pool all steps)
             if n == 0:
                 self.W_[h], self.w_[h], self.Lambda_inv_[h] = 0.0, 0.0, np.eye(d) / self.lam
                 continue
-            phi = np.stack(self._phi[h])
-            r = np.asarray(self._r[h])
-            term = np.asarray(self._term[h])
             if h == H - 1:
                 m_next, v_next = np.zeros((n, N)), np.zeros(n)
             else:
-                feats = np.stack(self._phi_next[h])  # [n, A, d]
                 q_next = self._q(h + 1, feats)
                 pi = _greedy(q_next)
                 m_next = np.einsum("na,nam->nm", pi, self._moments(h + 1, feats))
