@@ -57,6 +57,7 @@ if TYPE_CHECKING:  # the name -> module map of the lazy namespace (icml25.kernel
         ConformerFlow,
         MolGraph,
         ReflowPairs,
+        TrainingSchedule,
         avgflow_target,
         centre,
         check_rotation,
@@ -75,6 +76,7 @@ if TYPE_CHECKING:  # the name -> module map of the lazy namespace (icml25.kernel
         reflow,
         rmsd_matrix,
         sample_conformers,
+        velocity_loss,
         with_conformers,
     )
     from icml25.generative_models.copula_multimodal import (
@@ -450,6 +452,7 @@ __all__ = [
     "ToyPocketTask",
     "ToyVLM",
     "TrainResult",
+    "TrainingSchedule",
     "TransformResult",
     "VEKernel",
     "VPSchedule",
@@ -637,6 +640,7 @@ __all__ = [
     "unpack_motion",
     "untile_tokens",
     "upper_objective",
+    "velocity_loss",
     "visionts_geometry",
     "visionts_keep_mask",
     "volume_render",

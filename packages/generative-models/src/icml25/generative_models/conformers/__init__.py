@@ -10,6 +10,8 @@ distillation for few-step sampling; a small E(3)-equivariant network; RDKit I/O 
 * :mod:`~icml25.generative_models.conformers.so3`: Haar rotations, proper SVD, Kabsch, ``E[R]`` of the
   matrix-Fisher distribution (graded 1-D quadrature, exact at every concentration).
 * :mod:`~icml25.generative_models.conformers.flow`: objectives, :class:`ConformerFlow`, reflow, distill.
+* :mod:`~icml25.generative_models.conformers.training`: :class:`TrainingSchedule` (the official AdamW, warmup-cosine
+  and weight average by default) and :func:`velocity_loss` (per-molecule normalisation by default).
 * :mod:`~icml25.generative_models.conformers.egnn`: :class:`MolGraph`, :class:`EGNN`.
 * :mod:`~icml25.generative_models.conformers.chem`: RDKit molecules, conformers and metrics.
 """
@@ -43,6 +45,7 @@ from icml25.generative_models.conformers.so3 import (
     proper_svd,
     quaternion_to_matrix,
 )
+from icml25.generative_models.conformers.training import TrainingSchedule, velocity_loss
 
 __all__ = [
     "ATOM_TYPES",
@@ -50,6 +53,7 @@ __all__ = [
     "ConformerFlow",
     "MolGraph",
     "ReflowPairs",
+    "TrainingSchedule",
     "avgflow_target",
     "centre",
     "check_rotation",
@@ -68,5 +72,6 @@ __all__ = [
     "reflow",
     "rmsd_matrix",
     "sample_conformers",
+    "velocity_loss",
     "with_conformers",
 ]

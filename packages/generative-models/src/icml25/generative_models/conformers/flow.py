@@ -26,12 +26,13 @@ from torch import nn
 
 from icml25.generative_models.conformers.egnn import MolGraph
 from icml25.generative_models.conformers.so3 import (
-    _as_float_tensor,
+    as_float_tensor,
     haar_rotations,
     kabsch_rotation,
     matrix_fisher_mean,
 )
-from icml25.kernels.checks import check_tensor
+from icml25.generative_models.conformers.training import TrainingSchedule, optimise, velocity_loss
+from icml25.kernels.checks import check_float, check_int, check_tensor
 from icml25.kernels.rng import make_generator
 
 __all__ = [
@@ -64,7 +65,7 @@ def _mask_of(x: torch.Tensor, mask: torch.Tensor | None, name: str = "mask") -> 
 
 
 def _coords(x: object, name: str) -> torch.Tensor:
-    x = _as_float_tensor(x, name)
+    x = as_float_tensor(x, name)
     if x.dim() != 3 or x.shape[-1] != 3:
         raise ValueError(f"{name} must have shape (B, N, 3), got {tuple(x.shape)}")
     if x.shape[1] == 0:
@@ -190,11 +191,6 @@ def flow_target(
     return x_t, (x1r - x0) * mask[..., None]
 
 
-def _masked_mse(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    m = mask.to(pred.dtype)[..., None]
-    return (((pred - target) ** 2) * m).sum() / (3 * m.sum()).clamp_min(1.0)
-
-
 def _check_graph(graph: object, batch: int | None, n: int | None, name: str = "x1") -> MolGraph:
     if not isinstance(graph, MolGraph):
         raise TypeError(f"graph must be a MolGraph, got {type(graph).__name__}")
@@ -207,10 +203,12 @@ def _check_graph(graph: object, batch: int | None, n: int | None, name: str = "x
     return graph
 
 
-def _check_int(v: object, name: str, lo: int = 1) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-        raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
-    return v
+def _check_schedule(schedule: object) -> TrainingSchedule:
+    if schedule is None:
+        return TrainingSchedule()
+    if not isinstance(schedule, TrainingSchedule):
+        raise TypeError(f"schedule must be a TrainingSchedule or None, got {type(schedule).__name__}")
+    return schedule
 
 
 class ConformerFlow(nn.Module):
@@ -218,7 +216,8 @@ class ConformerFlow(nn.Module):
 
     ``net(x (B, N, 3), t (B,), graph) -> (B, N, 3)`` is the velocity network (e.g. :class:`EGNN`);
     ``objective`` is ``"avg"`` (AvgFlow), ``"kabsch"`` or ``"condot"`` (:func:`flow_target`); training
-    times are drawn in ``[t_eps, 1 − t_eps]``.
+    times are drawn uniformly in ``[0, 1 − t_eps)`` (the official ``U(0, 1) × 0.999`` with the default
+    ``t_eps = 1e-3``).
     """
 
     def __init__(self, net: nn.Module, objective: Objective = "avg", t_eps: float = 1e-3) -> None:
@@ -248,6 +247,10 @@ class ConformerFlow(nn.Module):
         """``(x_t, target)`` of this model's objective (:func:`flow_target`)."""
         return flow_target(x0, x1, t, self.objective, mask, generator=generator)
 
+    def draw_times(self, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
+        """``n`` training times, uniform in ``[0, 1 − t_eps)``."""
+        return (1 - self.t_eps) * torch.rand(n, generator=generator)
+
     def prior(self, graph: MolGraph, generator: torch.Generator | None = None) -> torch.Tensor:
         """Centred standard Gaussian clouds ``(B, N, 3)`` on the real atoms of ``graph``."""
         z = torch.randn(graph.batch_size, graph.n_atoms, 3, generator=generator)
@@ -261,8 +264,10 @@ class ConformerFlow(nn.Module):
         generator: torch.Generator | None = None,
         x0: torch.Tensor | None = None,
         t: torch.Tensor | None = None,
+        normalisation: str = "molecule",
     ) -> torch.Tensor:
-        """Mean squared velocity error (per real-atom coordinate) of a batch of conformers ``x1 (B, N, 3)``.
+        """Squared velocity error of a batch of conformers ``x1 (B, N, 3)``, normalised per molecule (the
+        official loss) or per real-atom coordinate (:func:`~icml25.generative_models.conformers.training.velocity_loss`).
 
         ``x0`` and ``t`` default to fresh draws from ``generator``.
         """
@@ -272,9 +277,9 @@ class ConformerFlow(nn.Module):
         if x0 is None:
             x0 = self.prior(graph, gen)
         if t is None:
-            t = self.t_eps + (1 - 2 * self.t_eps) * torch.rand(x1.shape[0], generator=gen)
+            t = self.draw_times(x1.shape[0], gen)
         x_t, target = self.target(x0, x1, t, graph.mask, gen)
-        return _masked_mse(self.velocity(x_t, t, graph), target, graph.mask)
+        return velocity_loss(self.velocity(x_t, t, graph), target, graph.mask, normalisation)
 
     def fit(
         self,
@@ -286,31 +291,30 @@ class ConformerFlow(nn.Module):
         lr: float = 1e-3,
         seed: int = 0,
         callback: Callable[[int, float], None] | None = None,
+        schedule: TrainingSchedule | None = None,
     ) -> list[float]:
-        """Adam on minibatches of the dataset ``x1 (M, N, 3)`` with graphs ``graph`` (batch ``M``); returns
-        the loss per step. Inputs are validated before any parameter changes."""
+        """Flow matching on minibatches of the dataset ``x1 (M, N, 3)`` with graphs ``graph`` (batch ``M``);
+        returns the loss per step. ``lr`` is the peak learning rate of ``schedule``
+        (:class:`~icml25.generative_models.conformers.training.TrainingSchedule`; default: the official AdamW with
+        warmup, cosine decay and a weight average of decay 0.999, which the model ends with, and the loss
+        per molecule; ``TrainingSchedule.constant()``: Adam at a constant rate). Inputs are validated before any
+        parameter changes."""
         x1 = _coords(x1, "x1")
         graph = _check_graph(graph, x1.shape[0], x1.shape[1])
         if x1.shape[0] == 0:
             raise ValueError("x1 must hold at least one conformer, got an empty batch")
-        steps = _check_int(steps, "steps")
-        batch_size = _check_int(batch_size, "batch_size")
-        if not isinstance(lr, float) or not lr > 0 or lr != lr or lr == float("inf"):
-            raise ValueError(f"lr must be a positive finite float, got {lr!r}")
+        steps = check_int(steps, "steps", low=1)
+        batch_size = check_int(batch_size, "batch_size", low=1)
+        lr = check_float(lr, "lr", low=0.0, low_open=True)
+        schedule = _check_schedule(schedule)
         x1 = _centre(x1, graph.mask)
         gen = make_generator(seed)
-        opt = torch.optim.Adam(self.parameters(), lr=lr)
-        losses = []
-        for step in range(steps):
+
+        def step_loss(_: int) -> torch.Tensor:
             idx = torch.randint(0, x1.shape[0], (batch_size,), generator=gen)
-            loss = self.loss(x1[idx], graph.index(idx), generator=gen)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            losses.append(float(loss.detach()))
-            if callback is not None:
-                callback(step, losses[-1])
-        return losses
+            return self.loss(x1[idx], graph.index(idx), generator=gen, normalisation=schedule.normalisation)
+
+        return optimise(self, step_loss, steps, lr, schedule, callback)
 
     @torch.no_grad()
     def sample(
@@ -326,7 +330,7 @@ class ConformerFlow(nn.Module):
         ``x0`` (centred here) defaults to :meth:`prior` draws from ``generator``; padding rows are 0.
         """
         graph = _check_graph(graph, None, None)
-        n_steps = _check_int(n_steps, "n_steps")
+        n_steps = check_int(n_steps, "n_steps", low=1)
         if x0 is None:
             x = self.prior(graph, make_generator(None, generator))
         else:
@@ -362,8 +366,8 @@ def make_reflow_pairs(
     if not isinstance(model, ConformerFlow):
         raise TypeError(f"model must be a ConformerFlow, got {type(model).__name__}")
     graph = _check_graph(graph, None, None)
-    n_steps = _check_int(n_steps, "n_steps")
-    batch_size = _check_int(batch_size, "batch_size")
+    n_steps = check_int(n_steps, "n_steps", low=1)
+    batch_size = check_int(batch_size, "batch_size", low=1)
     gen = make_generator(None, generator)
     z = model.prior(graph, gen)
     xs = [
@@ -394,30 +398,30 @@ def _train_on_pairs(
     lr: float,
     seed: int,
     one_step: bool,
+    schedule: TrainingSchedule | None,
 ) -> ConformerFlow:
     pairs = _check_pairs(pairs)
-    steps = _check_int(steps, "steps")
-    batch_size = _check_int(batch_size, "batch_size")
-    if not isinstance(lr, float) or not lr > 0:
-        raise ValueError(f"lr must be a positive float, got {lr!r}")
+    steps = check_int(steps, "steps", low=1)
+    batch_size = check_int(batch_size, "batch_size", low=1)
+    lr = check_float(lr, "lr", low=0.0, low_open=True)
+    schedule = _check_schedule(schedule)
     student = copy.deepcopy(model)
     gen = make_generator(seed)
-    opt = torch.optim.Adam(student.parameters(), lr=lr)
     mask = pairs.graph.mask
-    for _ in range(steps):
+
+    def step_loss(_: int) -> torch.Tensor:
         idx = torch.randint(0, pairs.z.shape[0], (batch_size,), generator=gen)
         z, x, g = pairs.z[idx], pairs.x[idx], pairs.graph.index(idx)
         if one_step:
             t = torch.zeros(batch_size)
             pred, target = z + student.velocity(z, t, g), x
         else:
-            t = student.t_eps + (1 - 2 * student.t_eps) * torch.rand(batch_size, generator=gen)
+            t = student.draw_times(batch_size, gen)
             x_t = (1 - t[:, None, None]) * z + t[:, None, None] * x
             pred, target = student.velocity(x_t, t, g), x - z
-        loss = _masked_mse(pred, target, mask[idx])
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+        return velocity_loss(pred, target, mask[idx], schedule.normalisation)
+
+    optimise(student, step_loss, steps, lr, schedule)
     return student
 
 
@@ -429,13 +433,15 @@ def reflow(
     batch_size: int = 64,
     lr: float = 5e-4,
     seed: int = 0,
+    schedule: TrainingSchedule | None = None,
 ) -> ConformerFlow:
     """A copy of ``model`` fine-tuned on the fixed couplings ``pairs`` with the plain target ``X̂ − Z``
     (the pair is already coupled, so no rotation averaging); its ODE is straighter, so few Euler steps
-    suffice. ``model`` itself is left unchanged."""
+    suffice. ``model`` itself is left unchanged. ``lr`` and ``schedule`` as in :meth:`ConformerFlow.fit` (the
+    official fine-tuning uses the same optimiser, schedule and weight average as training)."""
     if not isinstance(model, ConformerFlow):
         raise TypeError(f"model must be a ConformerFlow, got {type(model).__name__}")
-    return _train_on_pairs(model, pairs, steps, batch_size, lr, seed, one_step=False)
+    return _train_on_pairs(model, pairs, steps, batch_size, lr, seed, one_step=False, schedule=schedule)
 
 
 def distill(
@@ -446,9 +452,11 @@ def distill(
     batch_size: int = 64,
     lr: float = 5e-4,
     seed: int = 0,
+    schedule: TrainingSchedule | None = None,
 ) -> ConformerFlow:
     """A one-step student (a copy of ``model``) trained so that ``Z + v(Z, 0) ≈ X̂`` on ``pairs`` (MSE):
-    sample it with ``n_steps=1``. ``model`` itself is left unchanged."""
+    sample it with ``n_steps=1``. ``model`` itself is left unchanged; ``lr`` and ``schedule`` as in
+    :meth:`ConformerFlow.fit`."""
     if not isinstance(model, ConformerFlow):
         raise TypeError(f"model must be a ConformerFlow, got {type(model).__name__}")
-    return _train_on_pairs(model, pairs, steps, batch_size, lr, seed, one_step=True)
+    return _train_on_pairs(model, pairs, steps, batch_size, lr, seed, one_step=True, schedule=schedule)

@@ -35,7 +35,9 @@ __all__ = [
 ]
 
 
-def _as_float_tensor(x: object, name: str) -> torch.Tensor:
+def as_float_tensor(x: object, name: str) -> torch.Tensor:
+    """``x`` (a tensor or NumPy array) as a floating-point tensor, its finiteness left to the caller (shared
+    with :mod:`~icml25.generative_models.conformers.flow`, which checks it after the shape)."""
     if isinstance(x, np.ndarray):
         x = torch.from_numpy(x)
     if not isinstance(x, torch.Tensor):
@@ -45,7 +47,7 @@ def _as_float_tensor(x: object, name: str) -> torch.Tensor:
 
 def quaternion_to_matrix(q: torch.Tensor) -> torch.Tensor:
     """Rotation matrices ``(..., 3, 3)`` of quaternions ``q (..., 4)`` (``w, x, y, z``; normalised here)."""
-    q = _as_float_tensor(q, "q")
+    q = as_float_tensor(q, "q")
     if q.dim() < 1 or q.shape[-1] != 4:
         raise ValueError(f"q must have shape (..., 4), got {tuple(q.shape)}")
     check_tensor(q, "q")
@@ -76,7 +78,7 @@ def haar_rotations(
 
 def check_rotation(R: torch.Tensor, name: str = "R", atol: float = 1e-3) -> torch.Tensor:
     """Validate proper rotations ``R (..., 3, 3)``: orthogonal and ``det = +1`` (a reflection raises)."""
-    R = _as_float_tensor(R, name)
+    R = as_float_tensor(R, name)
     if R.dim() < 2 or tuple(R.shape[-2:]) != (3, 3):
         raise ValueError(f"{name} must have shape (..., 3, 3), got {tuple(R.shape)}")
     check_tensor(R, name)
@@ -97,7 +99,7 @@ def proper_svd(F: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tenso
 
     Shapes: ``F (..., 3, 3)`` → ``U (..., 3, 3)``, ``s (..., 3)``, ``V (..., 3, 3)``.
     """
-    F = _as_float_tensor(F, "F")
+    F = as_float_tensor(F, "F")
     if F.dim() < 2 or tuple(F.shape[-2:]) != (3, 3):
         raise ValueError(f"F must have shape (..., 3, 3), got {tuple(F.shape)}")
     check_tensor(F, "F")
@@ -124,8 +126,8 @@ def kabsch_rotation(A: torch.Tensor, B: torch.Tensor, mask: torch.Tensor | None 
     ``R = argmax_R ⟨AᵀB, R⟩`` is the mode of the matrix-Fisher distribution with ``F = AᵀB``; degenerate
     (collinear or N < 3) inputs give one of the optimal rotations, finite.
     """
-    A = _as_float_tensor(A, "A")
-    B = _as_float_tensor(B, "B")
+    A = as_float_tensor(A, "A")
+    B = as_float_tensor(B, "B")
     if A.shape != B.shape or A.dim() < 2 or A.shape[-1] != 3:
         raise ValueError(
             f"A and B must have the same shape (..., N, 3), got {tuple(A.shape)} and {tuple(B.shape)}"
@@ -208,7 +210,7 @@ def matrix_fisher_mean(
     check the quadrature. The singular values of ``E[R]`` are ``|d_k| ≤ 1``: the mean lies in the convex
     hull of SO(3).
     """
-    F = _as_float_tensor(F, "F")
+    F = as_float_tensor(F, "F")
     if F.dim() < 2 or tuple(F.shape[-2:]) != (3, 3):
         raise ValueError(f"F must have shape (..., 3, 3), got {tuple(F.shape)}")
     check_tensor(F, "F")
