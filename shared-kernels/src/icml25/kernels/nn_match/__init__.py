@@ -24,10 +24,10 @@ import torch
 
 from icml25.kernels._dispatch import select_backend
 from icml25.kernels.nn_match.reference import (
-    _unit_rows,
     nearest_neighbor_chunked_reference,
     nearest_neighbor_reference,
     similarity_matrix_reference,
+    unit_rows,
 )
 
 __all__ = [
@@ -120,7 +120,7 @@ def nearest_neighbor(
     if which == "triton" and x.numel() and y.numel():
         from icml25.kernels.nn_match import triton as tri
 
-        xs, ys = (x, y) if metric != "cosine" else (_unit_rows(x), _unit_rows(y))
+        xs, ys = (x, y) if metric != "cosine" else (unit_rows(x), unit_rows(y))
         xs, ys = xs.reshape(-1, ns, c), ys.reshape(-1, nd, c)
         if metric == "euclidean":
             ysq = ys.float().square().sum(-1)

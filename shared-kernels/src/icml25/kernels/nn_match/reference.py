@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 
-def _unit_rows(x: torch.Tensor) -> torch.Tensor:
+def unit_rows(x: torch.Tensor) -> torch.Tensor:
     """Rows of ``x`` (float32) divided by their max |entry| and then by their norm (overflow-safe)."""
     x = x.float()
     amax = x.abs().amax(dim=-1, keepdim=True).clamp_min(1e-30)
@@ -29,7 +29,7 @@ def _unit_rows(x: torch.Tensor) -> torch.Tensor:
 def similarity_matrix_reference(x: torch.Tensor, y: torch.Tensor, metric: str = "euclidean") -> torch.Tensor:
     """Dense ``[..., Ns, Nd]`` similarity of sources ``x [..., Ns, C]`` to destinations ``y [..., Nd, C]`` (float32)."""
     if metric == "cosine":
-        return _unit_rows(x) @ _unit_rows(y).transpose(-1, -2)
+        return unit_rows(x) @ unit_rows(y).transpose(-1, -2)
     xf, yf = x.float(), y.float()
     dot = xf @ yf.transpose(-1, -2)
     if metric == "dot":
@@ -69,7 +69,7 @@ def nearest_neighbor_chunked_reference(
     if ns == 0 or nd == 0:
         return best, arg
     if metric == "cosine":
-        x, y, metric = _unit_rows(x), _unit_rows(y), "dot"
+        x, y, metric = unit_rows(x), unit_rows(y), "dot"
     for s0 in range(0, ns, chunk):
         xs = x[..., s0 : s0 + chunk, :]
         b, a = best[..., s0 : s0 + chunk], arg[..., s0 : s0 + chunk]

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from icml25.kernels.sparse_attention.reference import _pad_to_blocks
+from icml25.kernels.sparse_attention.reference import pad_to_blocks
 
 _NEG_INF = float("-inf")
 _LN2 = math.log(2.0)  # scores in log2 units -> natural units
@@ -96,7 +96,7 @@ def sparse_flash_forward(
     if k_scale is not None:
         kf = kf.view(B, hkv, nk, block_k, d) * k_scale[..., None, None]
     kb = kf.reshape(B * hkv * nk, block_k, d)
-    vb = _pad_to_blocks(v, block_k).float().reshape(B * hkv * nk, block_k, d)
+    vb = pad_to_blocks(v, block_k).float().reshape(B * hkv * nk, block_k, d)
     prog = torch.arange(n_prog, device=device)
     h_idx = (prog // nq) % H
     lam = pv_threshold.float().to(device)[h_idx]

@@ -44,7 +44,7 @@ def num_blocks(length: int, block: int) -> int:
     return (length + block - 1) // block
 
 
-def _pad_to_blocks(x: torch.Tensor, block: int) -> torch.Tensor:
+def pad_to_blocks(x: torch.Tensor, block: int) -> torch.Tensor:
     """Zero-pad dim -2 of ``x [..., L, d]`` to a multiple of ``block``."""
     pad = num_blocks(x.shape[-2], block) * block - x.shape[-2]
     return F.pad(x, (0, 0, 0, pad)) if pad else x
@@ -131,7 +131,7 @@ def block_stats(
     xf = x.float()
     if mean is not None:
         xf = xf - mean.float()[:, :, None, :]
-    xb = _pad_to_blocks(xf, block).view(B, H, n, block, d)
+    xb = pad_to_blocks(xf, block).view(B, H, n, block, d)
     counts = torch.full((n,), float(block), device=x.device)
     counts[-1] = L - (n - 1) * block  # real length of the (possibly partial) last block
     pooled = xb.sum(dim=-2) / counts[:, None]
@@ -302,7 +302,7 @@ def sparse_flash_forward(
         qs = q_scale.repeat_interleave(lq_pad // q_scale.shape[-1], dim=-1).reshape(n_prog, block_q)
     kb = k_op.float().reshape(B * hkv * nk, block_k, d)
     ks = k_scale.reshape(-1) if k_scale is not None else torch.ones(B * hkv * nk, device=device)
-    vb = _pad_to_blocks(v, block_k).float().reshape(B * hkv * nk, block_k, d)
+    vb = pad_to_blocks(v, block_k).float().reshape(B * hkv * nk, block_k, d)
     b_idx = torch.arange(B, device=device).view(B, 1, 1).expand(B, H, nq).reshape(-1)
     h_idx = torch.arange(H, device=device).view(1, H, 1).expand(B, H, nq).reshape(-1)
     i_idx = torch.arange(nq, device=device).view(1, 1, nq).expand(B, H, nq).reshape(-1)
@@ -397,9 +397,9 @@ def quantize_qk(
         q_stats = block_stats(q, block_q, quant_scale=c, quant_group=q_group)
         k_stats = block_stats(k, block_k, mean=k_mean, quant_scale=1.0)
         return q_stats.x_int8, q_stats.scale, k_stats.x_int8, k_stats.scale
-    q_op = _pad_to_blocks(q.float() * c, block_q)
+    q_op = pad_to_blocks(q.float() * c, block_q)
     k_f = k.float() - k_mean[:, :, None, :] if k_mean is not None else k.float()
-    return q_op, None, _pad_to_blocks(k_f, block_k), None
+    return q_op, None, pad_to_blocks(k_f, block_k), None
 
 
 def dense_attention_reference(

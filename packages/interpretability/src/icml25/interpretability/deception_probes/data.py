@@ -70,7 +70,10 @@ def check_finite(x: torch.Tensor | np.ndarray, name: str) -> None:
         )
 
 
-def _labels_tensor(labels: Any, n: int, name: str = "labels") -> torch.Tensor:
+def labels_tensor(labels: Any, n: int, name: str = "labels") -> torch.Tensor:
+    """``labels`` as a ``[n]`` int64 CPU tensor of HONEST / DECEPTIVE / CONTROL codes (integer-valued floats
+    accepted); a ``TypeError`` or ``ValueError`` naming ``name`` otherwise. Shared by the dataset loaders and
+    the transformers activation path."""
     y = torch.as_tensor(np.asarray(labels) if not isinstance(labels, torch.Tensor) else labels)
     if y.is_floating_point():
         if not bool(torch.isfinite(y).all()) or not bool((y == y.round()).all()):
@@ -132,7 +135,7 @@ class TokenActs:
             )
         object.__setattr__(self, "acts", acts)
         object.__setattr__(self, "mask", mask)
-        object.__setattr__(self, "labels", _labels_tensor(self.labels, n))
+        object.__setattr__(self, "labels", labels_tensor(self.labels, n))
 
     @classmethod
     def from_list(cls, dialogues: Sequence[Any], labels: Any, pad_value: float = 0.0) -> TokenActs:

@@ -36,8 +36,8 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
 
 from icml25.interpretability.deception_probes.data import (
     TokenActs,
-    _labels_tensor,
     detection_mask_from_offsets,
+    labels_tensor,
 )
 
 __all__ = ["extract_activations", "extract_hidden_states", "format_dialogue", "tokenize_dialogue"]
@@ -244,7 +244,7 @@ def extract_hidden_states(
     empty = torch.nonzero(mask.sum(1) == 0).flatten().tolist()
     if empty:
         raise ValueError(f"detection_mask selects zero tokens of sequence {empty[0]}: its mean would be NaN")
-    y = _labels_tensor(labels, ids.shape[0])
+    y = labels_tensor(labels, ids.shape[0])
     _check_layer(model, layer)
     _check_batch_size(batch_size)
     encoded = [(ids[i, : int(lengths[i])].long(), mask[i, : int(lengths[i])]) for i in range(ids.shape[0])]
@@ -277,7 +277,7 @@ def extract_activations(
     _check_tokenizer(tokenizer)
     if not isinstance(dialogues, (list, tuple)) or not dialogues:
         raise ValueError("dialogues must be a non-empty list of dialogues")
-    y = _labels_tensor(labels, len(dialogues))
+    y = labels_tensor(labels, len(dialogues))
     _check_layer(model, layer)
     _check_batch_size(batch_size)
     encoded = []
