@@ -291,7 +291,8 @@ def test_the_readme_counts_claims_mechanisms_partial_and_misses_from_the_ledger(
     mechanisms = sum(ledger[p.id]["passed"] and p.scope == "mechanism" for p in recorded)
     misses = sum(not ledger[p.id]["passed"] for p in recorded)
     sentence = catalog.ledger_counts(papers, ledger)
-    assert f"**{claims} claims reproduced**, {mechanisms} mechanisms reproduced" in sentence
+    noun = {1: "mechanism"}.get(mechanisms, "mechanisms")
+    assert f"**{claims} claims reproduced**, {mechanisms} {noun} reproduced" in sentence
     assert f"{misses} known misses" in sentence
     assert sentence in (ROOT / "README.md").read_text()
     assert {p.id for p in papers if p.scope == "partial"} >= {"P34"}

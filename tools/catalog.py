@@ -262,10 +262,14 @@ def ledger_counts(papers: list[Paper], ledger: dict[str, dict]) -> str:
             counts[p.scope] += 1
         else:
             counts["miss"] += 1
+    def n(key: str, noun: str) -> str:  # "1 known miss", "2 known misses"
+        plural = noun + ("es" if noun.endswith("s") else "s")
+        return f"{counts[key]} {noun if counts[key] == 1 else plural}"
+
     return (
-        f"From the ledger: **{counts['claim']} claims reproduced**, {counts['mechanism']} mechanisms "
-        f"reproduced (the headline outcome only reported), {counts['partial']} partial implementations that "
-        f"pass, {counts['miss']} known misses, {counts['pending']} full runs pending."
+        f"From the ledger: **{n('claim', 'claim')} reproduced**, {n('mechanism', 'mechanism')} reproduced "
+        f"(the headline outcome only reported), {n('partial', 'partial implementation')} that pass, "
+        f"{n('miss', 'known miss')}, {n('pending', 'full run')} pending."
     )
 
 

@@ -366,11 +366,13 @@ def test_fashion_mnist_split_is_a_stratified_subset_and_the_full_test_set():
 
 
 @pytest.mark.slow
-def test_full_reproduction_is_conclusive_and_the_identities_hold():
-    """The full run (3 paired seeds on Fashion-MNIST; several CPU-hours on 2 cores, not recorded yet: the
-    catalog marks it pending): the baseline overfits (the pre-condition), the identities hold exactly."""
+def test_full_reproduction_is_the_recorded_known_miss():
+    """The full run (3 paired seeds on Fashion-MNIST; 5,011 CPU-s, results/P13.json): the baseline overfits
+    (the pre-condition), SLWS wins every seed and narrows the gap, but the mean gain misses the 1-point bar."""
     report = exp.run(quick=False, seed=0)
     assert not report.inconclusive, report.failed_preconditions
+    assert report.failed_checks == ["mean paired accuracy gain SLWS - none >= 1 points"], report.summary()
+    assert 0 < report.metrics["gain_mean"] < 1 and report.metrics["wins"] == 3
     assert report.metrics["eval_max_diff"] == 0.0 and report.metrics["restore_err"] == 0.0
 
 
