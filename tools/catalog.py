@@ -262,6 +262,7 @@ def ledger_counts(papers: list[Paper], ledger: dict[str, dict]) -> str:
             counts[p.scope] += 1
         else:
             counts["miss"] += 1
+
     def n(key: str, noun: str) -> str:  # "1 known miss", "2 known misses"
         plural = noun + ("es" if noun.endswith("s") else "s")
         return f"{counts[key]} {noun if counts[key] == 1 else plural}"
