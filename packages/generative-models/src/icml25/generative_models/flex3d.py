@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from icml25.kernels.checks import check_float, check_tensor
+from icml25.kernels.checks import check_float, check_int, check_tensor
 from icml25.kernels.rng import isolated_rng, make_generator
 
 __all__ = [
@@ -103,14 +103,6 @@ def _check_fov(fov_deg: object) -> float:
     if not 0.0 < float(fov_deg) < 170.0:
         raise ValueError(f"fov_deg must be in (0, 170) degrees, got {fov_deg}")
     return float(fov_deg)
-
-
-def _check_int(name: str, value: object, low: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < low:
-        raise ValueError(f"{name} must be >= {low}, got {value}")
-    return value
 
 
 def _check_views(
@@ -208,7 +200,7 @@ def camera_rays(c2w: Tensor, size: int, fov_deg: float = 40.0) -> tuple[Tensor, 
     """Pixel-centre rays of square pinhole images: ``(origins, directions)``, each ``(..., size, size, 3)``
     for ``c2w (..., 4, 4)``; directions have unit norm; pixel ``(i, j)`` is row ``i`` (down), column ``j``."""
     c2w = _check_cameras("c2w", c2w)
-    size = _check_int("size", size)
+    size = check_int(size, "size", low=1)
     fov = _check_fov(fov_deg)
     f = 0.5 * size / math.tan(math.radians(fov) / 2)
     pix = (torch.arange(size, dtype=c2w.dtype, device=c2w.device) + 0.5 - size / 2) / f
@@ -336,8 +328,8 @@ class EllipsoidScenes:
         cams = _check_cameras("cams", cams, batch_dims=2)
         if cams.shape[0] != len(self):
             raise ValueError(f"cams must have one row per scene ({len(self)}), got {tuple(cams.shape)}")
-        o, d = camera_rays(cams, _check_int("size", size), fov_deg)
-        pts, delta = _ray_samples(o, d, near, far, _check_int("n_samples", n_samples))
+        o, d = camera_rays(cams, check_int(size, "size", low=1), fov_deg)
+        pts, delta = _ray_samples(o, d, near, far, check_int(n_samples, "n_samples", low=1))
         B = pts.shape[0]
         dens, rgb = self.field(pts.reshape(B, -1, 3))
         col, _ = volume_render(dens.reshape(pts.shape[:-1]), rgb.reshape(pts.shape), delta)
@@ -348,8 +340,8 @@ def sample_ellipsoid_scenes(n: int, max_ellipsoids: int = 3, *, seed: int | None
                             generator: torch.Generator | None = None) -> EllipsoidScenes:  # fmt: skip
     """``n`` random scenes of 1..``max_ellipsoids`` ellipsoids: centres in ``[-0.45, 0.45]^3``, radii in
     ``[0.15, 0.45]``, saturated random colours."""
-    n = _check_int("n", n)
-    K = _check_int("max_ellipsoids", max_ellipsoids)
+    n = check_int(n, "n", low=1)
+    K = check_int(max_ellipsoids, "max_ellipsoids", low=1)
     g = make_generator(seed, generator)
     centres = (torch.rand(n, K, 3, generator=g) - 0.5) * 0.9
     radii = 0.15 + 0.3 * torch.rand(n, K, 3, generator=g)
@@ -420,18 +412,18 @@ class FlexibleViewReconstructor(nn.Module):
                  plane_channels: int = 16, fov_deg: float = 40.0, near: float = 1.3, far: float = 3.7,
                  encoder: str = "cnn"):  # fmt: skip
         super().__init__()
-        self.img_size = _check_int("img_size", img_size, 8)
+        self.img_size = check_int(img_size, "img_size", low=8)
         if img_size % 8:
             raise ValueError(f"img_size must be a multiple of 8, got {img_size}")
-        self.plane_res = _check_int("plane_res", plane_res, 2)
-        self.dim = _check_int("dim", dim, 1)
-        if dim % _check_int("heads", heads) != 0:
+        self.plane_res = check_int(plane_res, "plane_res", low=2)
+        self.dim = check_int(dim, "dim", low=1)
+        if dim % check_int(heads, "heads", low=1) != 0:
             raise ValueError(f"dim must be divisible by heads, got dim={dim}, heads={heads}")
         self.fov_deg = _check_fov(fov_deg)
         if not 0 < near < far:
             raise ValueError(f"near and far must satisfy 0 < near < far, got near={near}, far={far}")
         self.near, self.far = float(near), float(far)
-        self.plane_channels = _check_int("plane_channels", plane_channels)
+        self.plane_channels = check_int(plane_channels, "plane_channels", low=1)
         if encoder == "cnn":
             self.encoder: nn.Module = _ConvTokens(dim, img_size)
         elif encoder == "dinov2":
@@ -446,7 +438,7 @@ class FlexibleViewReconstructor(nn.Module):
             nn.Conv2d(3, 32, 3, 2, 1), nn.GELU(), nn.Conv2d(32, self.LIFT_CHANNELS, 3, 1, 1)
         )  # fmt: skip
         self.lift_proj = nn.Linear(2 * (2 * self.LIFT_CHANNELS + 1), dim)
-        self.blocks = nn.ModuleList(_CrossBlock(dim, heads) for _ in range(_check_int("depth", depth)))
+        self.blocks = nn.ModuleList(_CrossBlock(dim, heads) for _ in range(check_int(depth, "depth", low=1)))
         self.out_norm = nn.LayerNorm(dim)
         self.to_plane = nn.Linear(dim, plane_channels)
         self.decoder = nn.Sequential(
@@ -530,11 +522,11 @@ class FlexibleViewReconstructor(nn.Module):
             raise ValueError(
                 f"cams must have one row per tri-plane ({triplane.shape[0]}), got {tuple(cams.shape)}"
             )
-        size = self.img_size if size is None else _check_int("size", size)
+        size = self.img_size if size is None else check_int(size, "size", low=1)
         o, d = camera_rays(cams.to(triplane.dtype), size, self.fov_deg)
         B, M = cams.shape[:2]
         col = self.render_rays(
-            triplane, o.reshape(B, -1, 3), d.reshape(B, -1, 3), _check_int("n_samples", n_samples)
+            triplane, o.reshape(B, -1, 3), d.reshape(B, -1, 3), check_int(n_samples, "n_samples", low=1)
         )
         return col.reshape(B, M, size, size, 3).movedim(-1, -3)
 
@@ -662,7 +654,7 @@ def simulate_imperfect_views(images: Tensor, p: float, kinds: Sequence[str] = CO
         raise ValueError(
             f"kinds with 'swap' needs at least 2 objects in the batch, got B = {images.shape[0]}"
         )
-    min_shift = _check_int("min_shift", min_shift)
+    min_shift = check_int(min_shift, "min_shift", low=1)
     if not isinstance(min_blur, (int, float)) or not 0 < min_blur < 100:
         raise ValueError(f"min_blur must be a positive float below 100, got {min_blur!r}")
     g = make_generator(seed, generator)

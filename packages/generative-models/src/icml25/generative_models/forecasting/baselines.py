@@ -15,7 +15,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from icml25.generative_models.forecasting.k2vae import _check_float, _check_int, check_series
+from icml25.generative_models.forecasting.k2vae import check_series
+from icml25.kernels.checks import check_float, check_int
 from icml25.kernels.rng import isolated_rng, make_generator
 
 __all__ = ["GRUForecaster", "SeasonalNaive", "climatology_samples"]
@@ -39,8 +40,8 @@ def climatology_samples(
 ) -> torch.Tensor:
     """``N(mean, std²)`` of each context channel ``x`` ``(B, L, C)``, sampled: ``(N, B, H, C)``."""
     x = check_series(x, "x")
-    horizon = _check_int(horizon, "horizon", 1)
-    num_samples = _check_int(num_samples, "num_samples", 1)
+    horizon = check_int(horizon, "horizon", low=1)
+    num_samples = check_int(num_samples, "num_samples", low=1)
     g = make_generator(seed, generator)
     m, s = x.mean(1, keepdim=True), x.std(1, keepdim=True, unbiased=False)
     B, _, C = x.shape
@@ -52,7 +53,7 @@ class SeasonalNaive:
     ``season``-lag residual ``x_t − x_{t−season}`` on the training series (per channel)."""
 
     def __init__(self, season: int = 24) -> None:
-        self.season = _check_int(season, "season", 1)
+        self.season = check_int(season, "season", low=1)
 
     def fit(self, series: torch.Tensor | np.ndarray) -> SeasonalNaive:
         """Fit the residual std on a training series ``(T, C)``, ``T > season``."""
@@ -78,8 +79,8 @@ class SeasonalNaive:
         x = check_series(x, "x", n_vars=self.sigma_.numel())
         if x.shape[1] < self.season:
             raise ValueError(f"x must have at least season={self.season} steps, got shape {tuple(x.shape)}")
-        horizon = _check_int(horizon, "horizon", 1)
-        num_samples = _check_int(num_samples, "num_samples", 1)
+        horizon = check_int(horizon, "horizon", low=1)
+        num_samples = check_int(num_samples, "num_samples", low=1)
         g = make_generator(seed, generator)
         last = x[:, -self.season :]
         reps = -(-horizon // self.season)
@@ -116,14 +117,14 @@ class GRUForecaster:
         lr: float = 1e-3,
         seed: int = 0,
     ) -> None:
-        self.n_vars = _check_int(n_vars, "n_vars", 1)
-        self.hidden = _check_int(hidden, "hidden", 1)
-        self.layers = _check_int(layers, "layers", 1)
-        self.window = _check_int(window, "window", 2)
-        self.steps = _check_int(steps, "steps", 1)
-        self.batch_size = _check_int(batch_size, "batch_size", 1)
-        self.lr = _check_float(lr, "lr", strict=True)
-        self.seed = _check_int(seed, "seed", 0)
+        self.n_vars = check_int(n_vars, "n_vars", low=1)
+        self.hidden = check_int(hidden, "hidden", low=1)
+        self.layers = check_int(layers, "layers", low=1)
+        self.window = check_int(window, "window", low=2)
+        self.steps = check_int(steps, "steps", low=1)
+        self.batch_size = check_int(batch_size, "batch_size", low=1)
+        self.lr = check_float(lr, "lr", low=0.0, low_open=True)
+        self.seed = check_int(seed, "seed", low=0)
 
     def fit(self, series: torch.Tensor | np.ndarray) -> GRUForecaster:
         """Train on a ``(T, C)`` series (``T > window``); sets ``net_`` and ``loss_history_``."""
@@ -166,8 +167,8 @@ class GRUForecaster:
         if not hasattr(self, "net_"):
             raise ValueError("GRUForecaster is not fitted: call fit(...) first")
         x = check_series(x, "x", n_vars=self.n_vars).to(torch.float32)
-        horizon = _check_int(horizon, "horizon", 1)
-        num_samples = _check_int(num_samples, "num_samples", 1)
+        horizon = check_int(horizon, "horizon", low=1)
+        num_samples = check_int(num_samples, "num_samples", low=1)
         g = make_generator(seed, generator)
         B, _, C = x.shape
         _, _, h = self.net_(x[:, :-1])

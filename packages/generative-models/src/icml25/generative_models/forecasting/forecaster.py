@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from icml25.generative_models.forecasting.k2vae import K2VAE, _check_float, _check_int, check_series
+from icml25.generative_models.forecasting.k2vae import K2VAE, check_series
+from icml25.kernels.checks import check_float, check_int
 from icml25.kernels.rng import isolated_rng, make_generator
 
 __all__ = ["K2VAEForecaster"]
@@ -41,13 +42,13 @@ class K2VAEForecaster:
         seed: int = 0,
         **model_kwargs: Any,
     ) -> None:
-        self.context_len = _check_int(context_len, "context_len", 2)
-        self.horizon = _check_int(horizon, "horizon", 1)
-        self.steps = _check_int(steps, "steps", 1)
-        self.batch_size = _check_int(batch_size, "batch_size", 1)
-        self.lr = _check_float(lr, "lr", strict=True)
-        self.grad_clip = _check_float(grad_clip, "grad_clip", strict=True)
-        self.seed = _check_int(seed, "seed", 0)
+        self.context_len = check_int(context_len, "context_len", low=2)
+        self.horizon = check_int(horizon, "horizon", low=1)
+        self.steps = check_int(steps, "steps", low=1)
+        self.batch_size = check_int(batch_size, "batch_size", low=1)
+        self.lr = check_float(lr, "lr", low=0.0, low_open=True)
+        self.grad_clip = check_float(grad_clip, "grad_clip", low=0.0, low_open=True)
+        self.seed = check_int(seed, "seed", low=0)
         self.model_kwargs = dict(model_kwargs)
         # Validate the model arguments now (a throwaway 1-channel model), so a bad kwarg fails at construction.
         with isolated_rng(0):

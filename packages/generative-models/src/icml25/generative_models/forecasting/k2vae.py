@@ -30,29 +30,13 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from icml25.kernels.checks import check_float, check_int
 from icml25.kernels.rng import isolated_rng, make_generator
 
 __all__ = ["K2VAE", "DifferentiableKalmanFilter", "K2VAEOutput", "KoopmanOperator", "RevIN"]
 
 KoopmanMode = Literal["both", "dynamic", "static"]
 _MODES = ("both", "dynamic", "static")
-
-
-def _check_int(value: object, name: str, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int >= {low}, got {type(value).__name__} {value!r}")
-    if int(value) < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {int(value)}")
-    return int(value)
-
-
-def _check_float(value: object, name: str, low: float = 0.0, strict: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
-        raise TypeError(f"{name} must be a float, got {type(value).__name__} {value!r}")
-    v = float(value)
-    if not math.isfinite(v) or v < low or (strict and v == low):
-        raise ValueError(f"{name} must be a finite float {'>' if strict else '>='} {low:g}, got {value!r}")
-    return v
 
 
 def check_series(x: object, name: str, n_vars: int | None = None, length: int | None = None) -> torch.Tensor:
@@ -95,8 +79,8 @@ class RevIN(nn.Module):
 
     def __init__(self, n_vars: int, eps: float = 1e-5, affine: bool = True) -> None:
         super().__init__()
-        self.n_vars = _check_int(n_vars, "n_vars", 1)
-        self.eps = _check_float(eps, "eps", 0.0, strict=True)
+        self.n_vars = check_int(n_vars, "n_vars", low=1)
+        self.eps = check_float(eps, "eps", low=0.0, low_open=True)
         self.affine = bool(affine)
         self.weight = nn.Parameter(torch.ones(self.n_vars)) if self.affine else None
         self.bias = nn.Parameter(torch.zeros(self.n_vars)) if self.affine else None
@@ -148,8 +132,8 @@ class KoopmanOperator(nn.Module):
 
     def __init__(self, latent_dim: int, mode: KoopmanMode = "both", ridge: float = 1e-6) -> None:
         super().__init__()
-        self.latent_dim = _check_int(latent_dim, "latent_dim", 1)
-        self.ridge = _check_float(ridge, "ridge", strict=True)
+        self.latent_dim = check_int(latent_dim, "latent_dim", low=1)
+        self.ridge = check_float(ridge, "ridge", low=0.0, low_open=True)
         if mode not in _MODES:
             raise ValueError(f"koopman_mode must be one of {_MODES}, got {mode!r}")
         self.mode = mode
@@ -189,7 +173,7 @@ class KoopmanOperator(nn.Module):
         ``Y = Z[:, −S:] K^S`` when ``S ≤ n``, else ``Z`` advanced in blocks of ``K^n`` and truncated to ``S``.
         """
         Z = _check_latents(Z, "Z", self.latent_dim, min_len=2)
-        steps = _check_int(steps, "steps", 1)
+        steps = check_int(steps, "steps", low=1)
         n = Z.shape[1]
         K = self.operator(Z)
         Z_rec = torch.cat([Z[:, :1], Z[:, :-1] @ K], dim=1)
@@ -244,7 +228,7 @@ class DifferentiableKalmanFilter(nn.Module):
         self, dim: int, init: Literal["identity", "randn"] = "identity", gain_transpose: bool = False
     ):
         super().__init__()
-        self.dim = _check_int(dim, "dim", 1)
+        self.dim = check_int(dim, "dim", low=1)
         if init not in ("identity", "randn"):
             raise ValueError(f"init must be 'identity' or 'randn', got {init!r}")
         eye = torch.eye(self.dim)
@@ -383,32 +367,32 @@ class K2VAE(nn.Module):
         seed: int | None = None,
     ) -> None:
         super().__init__()
-        self.n_vars = _check_int(n_vars, "n_vars", 1)
-        self.patch_len = _check_int(patch_len, "patch_len", 1)
-        self.context_len = _check_int(context_len, "context_len", 1)
+        self.n_vars = check_int(n_vars, "n_vars", low=1)
+        self.patch_len = check_int(patch_len, "patch_len", low=1)
+        self.context_len = check_int(context_len, "context_len", low=1)
         if self.context_len < 2 * self.patch_len:
             raise ValueError(
                 f"context_len must be >= 2 * patch_len = {2 * self.patch_len} (eDMD needs >= 2 patches), "
                 f"got context_len={self.context_len}"
             )
-        self.horizon = _check_int(horizon, "horizon", 1)
-        self.latent_dim = _check_int(latent_dim, "latent_dim", 1)
-        hidden_dim = _check_int(hidden_dim, "hidden_dim", 1)
-        hidden_layers = _check_int(hidden_layers, "hidden_layers", 0)
-        d_model = _check_int(d_model, "d_model", 1)
-        n_heads = _check_int(n_heads, "n_heads", 1)
+        self.horizon = check_int(horizon, "horizon", low=1)
+        self.latent_dim = check_int(latent_dim, "latent_dim", low=1)
+        hidden_dim = check_int(hidden_dim, "hidden_dim", low=1)
+        hidden_layers = check_int(hidden_layers, "hidden_layers", low=0)
+        d_model = check_int(d_model, "d_model", low=1)
+        n_heads = check_int(n_heads, "n_heads", low=1)
         if d_model % n_heads:
             raise ValueError(f"d_model must be divisible by n_heads={n_heads}, got d_model={d_model}")
-        e_layers = _check_int(e_layers, "e_layers", 1)
+        e_layers = check_int(e_layers, "e_layers", low=1)
         if koopman_mode not in _MODES:
             raise ValueError(f"koopman_mode must be one of {_MODES}, got {koopman_mode!r}")
         if latent_noise not in ("identity", "prior"):
             raise ValueError(f"latent_noise must be 'identity' or 'prior', got {latent_noise!r}")
         if padding not in ("wrap", "replicate"):
             raise ValueError(f"padding must be 'wrap' or 'replicate', got {padding!r}")
-        self.kl_weight = _check_float(kl_weight, "kl_weight")
-        self.nll_gate = _check_float(nll_gate, "nll_gate", strict=True)
-        dropout = _check_float(dropout, "dropout")
+        self.kl_weight = check_float(kl_weight, "kl_weight", low=0.0)
+        self.nll_gate = check_float(nll_gate, "nll_gate", low=0.0, low_open=True)
+        dropout = check_float(dropout, "dropout", low=0.0, high=1.0, high_open=True)
         if dropout >= 1:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         self.latent_noise, self.padding, self.koopman_mode = latent_noise, padding, koopman_mode
@@ -531,8 +515,8 @@ class K2VAE(nn.Module):
         as the official code; ``N(0, P_t)`` with ``"prior"``) are decoded to Gaussians, and the samples are
         split as evenly as possible over them (``min(latent_draws, num_samples)`` draws are used).
         """
-        num_samples = _check_int(num_samples, "num_samples", 1)
-        latent_draws = _check_int(latent_draws, "latent_draws", 1)
+        num_samples = check_int(num_samples, "num_samples", low=1)
+        latent_draws = check_int(latent_draws, "latent_draws", low=1)
         x = self._check_x(x)
         g = make_generator(seed, generator)
         was_training = self.training
