@@ -119,8 +119,9 @@ def _lazy_aliases(src: Path, modules: list[str]) -> dict[str, str]:
 
 
 def _owner(module: str, roots: list[str]) -> str | None:
-    """The paper module ``module`` belongs to: the longest paper module that is it or a package above it."""
-    owners = [r for r in roots if module == r or module.startswith(r + ".")]
+    """The paper module ``module`` belongs to: the longest paper module that is it, a package above it, or a
+    sibling named after it (``flex3d_hf``, ``task_vectors_toy``: the rule of ``tests/test_sharing.py``)."""
+    owners = [r for r in roots if module == r or module.startswith((r + ".", r + "_"))]
     return max(owners, key=len) if owners else None
 
 

@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from icml25.interpretability import dps
+from icml25.interpretability import dps, dps_toy
 from icml25.interpretability.experiments import dps as exp
 from icml25.kernels.experiment import torch_threads
 
@@ -207,7 +207,7 @@ def test_smooth_vote_crop_vote_and_asr_exact() -> None:
 
 
 def test_batched_smooth_predictions_match_the_library_vote() -> None:
-    model = dps.HintCNN(width=8, seed=0).eval()
+    model = dps_toy.HintCNN(width=8, seed=0).eval()
     x = torch.rand(3, 24, 24, generator=torch.Generator().manual_seed(0))
     batched = exp.smooth_predictions(model, x, np.random.default_rng(5)).tolist()
     rng = np.random.default_rng(5)
@@ -256,20 +256,22 @@ def test_empty_model_output_names_the_stage(bad) -> None:
 def test_canvases_attack_and_toy_dps_shapes() -> None:
     rng = np.random.default_rng(0)
     digits = np.ones((4, 8, 8))
-    c = dps.make_canvases(digits, rng, size=12, jitter=0)
+    c = dps_toy.make_canvases(digits, rng, size=12, jitter=0)
     assert c.shape == (4, 24, 24) and torch.equal(c[:, 6:18, 6:18], torch.ones(4, 12, 12))
     assert float(c.sum()) == 4 * 144
-    a = dps.typographic_attack(torch.zeros(4, 24, 24), digits, rng, brightness=1.5)
+    a = dps_toy.typographic_attack(torch.zeros(4, 24, 24), digits, rng, brightness=1.5)
     for i in range(4):
         corners = [a[i, :8, :8], a[i, :8, 16:], a[i, 16:, :8], a[i, 16:, 16:]]
         assert sorted(float(q.sum()) for q in corners) == [0, 0, 0, 96.0]
-    model = dps.HintCNN(width=8, seed=0).eval()
-    out = dps.toy_dps(model, c, exp.views(), np.random.default_rng(1), use_hint=False)
+    model = dps_toy.HintCNN(width=8, seed=0).eval()
+    out = dps_toy.toy_dps(model, c, exp.views(), np.random.default_rng(1), use_hint=False)
     assert torch.equal(out["final"], out["r0"]) and out["answers"].shape == (4, 3)
     with torch.no_grad():  # an empty hint is the no-hint call; the seed fixes the weights
-        assert torch.equal(model(c), model(c, dps.no_hint(4)))
-        assert torch.equal(model(c), dps.HintCNN(width=8, seed=0).eval()(c))
-    hint, _answers, confident = dps.toy_hints(model, c, exp.views(), np.random.default_rng(1), min_conf=0.0)
+        assert torch.equal(model(c), model(c, dps_toy.no_hint(4)))
+        assert torch.equal(model(c), dps_toy.HintCNN(width=8, seed=0).eval()(c))
+    hint, _answers, confident = dps_toy.toy_hints(
+        model, c, exp.views(), np.random.default_rng(1), min_conf=0.0
+    )
     assert bool(confident.all()) and torch.allclose(hint[:, :10].sum(1), torch.ones(4))
 
 

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from icml25.interpretability import task_vectors as tv
+from icml25.interpretability import task_vectors_toy as tvt
 from icml25.interpretability.experiments import task_vectors as exp
 from icml25.interpretability.icl_heads import tiny_llama
 from icml25.kernels.experiment import seed_everything, torch_threads
@@ -62,7 +63,7 @@ def test_decoder_layers_resolve_llama_gpt2_llava_idefics2_and_a_language_model_w
     assert tv.decoder_layers(llava) == list(llava.model.language_model.layers)
     assert tv.decoder_layers(idefics) == list(idefics.model.text_model.layers)
     assert len(tv.decoder_layers(llava)) == 2 and tv._hidden_size(llava) == 16  # the text config's width
-    toy = tv.ToyVLM(2, 16, 2, seed=0)
+    toy = tvt.ToyVLM(2, 16, 2, seed=0)
     assert tv.decoder_layers(toy) == list(toy.language_model.model.layers)
     with pytest.raises(TypeError, match="no resolvable decoder layers"):
         tv.decoder_layers(torch.nn.Linear(3, 3))
@@ -248,7 +249,7 @@ def test_bad_inputs_raise_naming_the_argument(llama) -> None:
 # ----------------------------------------------------------------------------- toy VLM
 def test_bottleneck_mask_matches_the_brute_force_rule() -> None:
     valid = torch.tensor([[False, True, True, True, True, True, True]])  # PAD BOS x y S xq ->
-    m = tv.bottleneck_mask(valid, torch.tensor([4]), torch.tensor([1]))[0, 0] == 0
+    m = tvt.bottleneck_mask(valid, torch.tensor([4]), torch.tensor([1]))[0, 0] == 0
     for i in range(7):
         for j in range(7):
             if i == 0:
@@ -261,13 +262,13 @@ def test_bottleneck_mask_matches_the_brute_force_rule() -> None:
 
 
 def test_toy_data_layout_and_the_image_path_of_the_toy_model() -> None:
-    data = tv.ToyTaskData((0, 3), n_shots=2, seed=0)
+    data = tvt.ToyTaskData((0, 3), n_shots=2, seed=0)
     b = data.icl(3, 4, "image", "test", query_modality="text", seed=1)
     assert b["input_ids"].shape == (4, 1 + 8 + 3) and bool((b["position"] == 9).all())
-    assert bool((b["input_ids"][:, [1, 5]] == tv.IMG).all()) and bool(b["image_mask"][:, [1, 5]].all())
+    assert bool((b["input_ids"][:, [1, 5]] == tvt.IMG).all()) and bool(b["image_mask"][:, [1, 5]].all())
     assert torch.equal(b["labels"], 38 + 9 - b["entity"]) and int(b["image_mask"].sum()) == 8
     assert torch.equal(data.relabel(b, 0), 16 + (b["entity"] + 1) % 10)
-    toy = tv.ToyVLM(1, 16, 2, seed=0)
+    toy = tvt.ToyVLM(1, 16, 2, seed=0)
     with torch.no_grad():
         out = toy(**tv._model_inputs(b)).logits
         b2 = dict(b, pixel_values=b["pixel_values"] + 0.5 * b["image_mask"][..., None])
@@ -275,7 +276,7 @@ def test_toy_data_layout_and_the_image_path_of_the_toy_model() -> None:
     # images change the outputs at and after the first image; before it (BOS) nothing changes
     assert torch.equal(out[:, 0], out2[:, 0]) and float((out[:, 1] - out2[:, 1]).abs().max()) > 0
     # the free-attention toy: the same prompts with a plain causal mask, equal to no mask at all
-    free_data = tv.ToyTaskData((0, 3), n_shots=2, seed=0, bottleneck=False)
+    free_data = tvt.ToyTaskData((0, 3), n_shots=2, seed=0, bottleneck=False)
     free = free_data.icl(3, 4, "image", "test", query_modality="text", seed=1)
     assert torch.equal(free["input_ids"], b["input_ids"])
     causal = torch.ones(12, 12, dtype=torch.bool).tril()

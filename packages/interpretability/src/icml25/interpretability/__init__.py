@@ -69,7 +69,6 @@ if TYPE_CHECKING:  # the name -> module map of the lazy namespace (icml25.kernel
         DPSConfig,
         DPSTrace,
         HFVLMClient,
-        HintCNN,
         MaskRegions,
         ObjectCrop,
         OpenAICompatClient,
@@ -80,16 +79,19 @@ if TYPE_CHECKING:  # the name -> module map of the lazy namespace (icml25.kernel
         clip_box,
         crop_vote,
         dps_answer,
-        make_canvases,
-        no_hint,
         parse_boxes,
         smooth_vote,
+        vlm_box_proposer,
+        word_count,
+    )
+    from icml25.interpretability.dps_toy import (
+        HintCNN,
+        make_canvases,
+        no_hint,
         toy_dps,
         toy_hints,
         train_hint_cnn,
         typographic_attack,
-        vlm_box_proposer,
-        word_count,
     )
     from icml25.interpretability.gridtom import (
         GRIDTOM_VOCAB,
@@ -195,13 +197,9 @@ if TYPE_CHECKING:  # the name -> module map of the lazy namespace (icml25.kernel
         train_ddpm,
     )
     from icml25.interpretability.task_vectors import (
-        TOY_TASKS,
         PatchHandle,
         TaskVectorResult,
-        ToyTaskData,
-        ToyVLM,
         answer_match,
-        bottleneck_mask,
         cross_model_transfer,
         decoder_layers,
         ensemble,
@@ -212,6 +210,12 @@ if TYPE_CHECKING:  # the name -> module map of the lazy namespace (icml25.kernel
         layer_sweep,
         patch_task_vector,
         patched_accuracy,
+    )
+    from icml25.interpretability.task_vectors_toy import (
+        TOY_TASKS,
+        ToyTaskData,
+        ToyVLM,
+        bottleneck_mask,
         train_toy_vlm,
     )
 else:

@@ -8,7 +8,7 @@ quality, which majority voting over the partial views loses.
 A real LVLM cannot run here, so this tests the *mechanism* with a learned stand-in that reads a hint
 (:mod:`icml25.interpretability.dps`): 24x24 canvases with an sklearn digit (12 px, centred +-2 px) as the
 subject; the "typographic" attack pastes an 8x8 digit of a target class t != y, brightness x1.5, in a random
-corner; :class:`~icml25.interpretability.dps.HintCNN` is trained on clean canvases only (digits 8-12 px at
+corner; :class:`~icml25.interpretability.dps_toy.HintCNN` is trained on clean canvases only (digits 8-12 px at
 random positions; 30 % of the samples with its own observers' hint, 30 % with occlusion + noise). Views are
 rendered by masking (geometry kept): the centre half window and two random windows with side U(1/4, 1/2).
 Arms on held-out digits, clean and attacked: vanilla f(I); smooth_vote (10 copies, 20 % of the pixels masked);
@@ -35,11 +35,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from icml25.interpretability.dps import (
-    CenterCrop,
+from icml25.interpretability.dps import CenterCrop, RandomCrop, attack_success_rate
+from icml25.interpretability.dps_toy import (
     HintCNN,
-    RandomCrop,
-    attack_success_rate,
     make_canvases,
     toy_dps,
     train_hint_cnn,

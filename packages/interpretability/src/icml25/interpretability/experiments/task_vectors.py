@@ -7,7 +7,7 @@ zero-shot *image* queries, it makes the model perform the task about as well as 
 and instruction-derived vectors work too.
 
 Our CPU-scale setting (:class:`Setting` gives each knob's paper value next to ours): a two-modality toy
-(:class:`~icml25.interpretability.task_vectors.ToyVLM`: a random-init ``transformers.LlamaForCausalLM`` whose
+(:class:`~icml25.interpretability.task_vectors_toy.ToyVLM`: a random-init ``transformers.LlamaForCausalLM`` whose
 "images" are scikit-learn 8x8 digits entering through a learned linear projection as ``inputs_embeds``)
 trained from scratch on text-only ICL, image-only ICL and instruction prompts (never text demos with an image
 query) for the tasks successor / double / parity / complement of the digit ``k``, each with its own output
@@ -46,16 +46,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from icml25.interpretability.task_vectors import (
-    TOY_TASKS,
-    ToyTaskData,
-    ToyVLM,
-    ensemble,
-    extract_task_vectors,
-    layer_sweep,
-    patched_accuracy,
-    train_toy_vlm,
-)
+from icml25.interpretability.task_vectors import ensemble, extract_task_vectors, layer_sweep, patched_accuracy
+from icml25.interpretability.task_vectors_toy import TOY_TASKS, ToyTaskData, ToyVLM, train_toy_vlm
 from icml25.kernels.experiment import (
     Check,
     Report,
