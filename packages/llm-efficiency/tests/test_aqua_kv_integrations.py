@@ -172,7 +172,7 @@ def test_calibration_logs_each_layer(caplog) -> None:
     assert sum(m.startswith("captured KV of a batch (2, 24)") for m in messages) == 4
     assert messages[4] == (
         f"AQUA-KV calibration: 3 layers, c=32, {report.n_train_tokens} train / {report.n_valid_tokens} valid "
-        "tokens, fit on reconstructed inputs"
+        "tokens (all), official ridge, fit on reconstructed inputs"
     )
     layers = [m for m in messages if m.startswith("layer ")]
     assert len(layers) == 3 and layers[0].startswith("layer 0: K pred relMSE train nan")

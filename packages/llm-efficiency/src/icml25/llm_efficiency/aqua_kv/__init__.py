@@ -10,7 +10,12 @@ with a HIGGS quantizer (Hadamard rotation + Gaussian-optimal grid) at ~2 bits pe
 
 from __future__ import annotations
 
-from icml25.llm_efficiency.aqua_kv.calibrate import CalibrationReport, calibrate_predictors, capture_kv
+from icml25.llm_efficiency.aqua_kv.calibrate import (
+    CalibrationReport,
+    CapturedKV,
+    calibrate_predictors,
+    capture_kv,
+)
 from icml25.llm_efficiency.aqua_kv.evaluate import evaluate_kv_compression, reconstruction_error
 from icml25.llm_efficiency.aqua_kv.predictors import AquaCodec, AquaPredictors, fit_ridge
 from icml25.llm_efficiency.aqua_kv.quantizers import (
@@ -27,6 +32,7 @@ __all__ = [
     "AquaKVCache",
     "AquaPredictors",
     "CalibrationReport",
+    "CapturedKV",
     "HiggsCodes",
     "HiggsQuantizer",
     "PassthroughQuantizer",

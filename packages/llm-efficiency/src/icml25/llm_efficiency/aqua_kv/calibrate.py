@@ -5,6 +5,9 @@ exactly as the cache will see them, targets the true keys; a closed-form ridge r
 ``f^K_l``; the layer's keys are then compressed with it, and ``f^V_l`` is fitted on
 ``[K^_l ; V^_{l-1}] -> V_l``. The keys/values are captured from one full-precision forward pass per
 batch (the official code runs the model layer by layer to bound GPU memory; the math is the same).
+By default the fit is the official one (``train_predictors.py``, ``get_predictor``): every token of each
+calibration sequence, the attention sinks included, and the ridge form of ``fit_linear_regression``;
+``calibration_tokens="after_prefix"`` and ``ridge_form="centred"`` keep our earlier choices.
 """
 
 from __future__ import annotations
@@ -18,8 +21,10 @@ from typing import Literal
 
 import torch
 
+from icml25.kernels.checks import check_choice, check_int
 from icml25.kernels.experiment import progress as progress_bar
 from icml25.llm_efficiency.aqua_kv.predictors import (
+    RIDGE_FORMS,
     AquaCodec,
     AquaPredictors,
     Quantizer,
@@ -29,7 +34,10 @@ from icml25.llm_efficiency.aqua_kv.predictors import (
 )
 from icml25.llm_efficiency.aqua_kv.rope import cache_kwarg, heads_to_rows, kv_layout, undo_rope
 
-__all__ = ["CalibrationReport", "calibrate_predictors", "capture_kv"]
+__all__ = ["CalibrationReport", "CapturedKV", "calibrate_predictors", "capture_kv"]
+
+CALIBRATION_TOKENS = ("all", "after_prefix")
+"""The token sets :func:`calibrate_predictors` can fit on (``calibration_tokens``)."""
 
 logger = logging.getLogger(__name__)
 
@@ -51,21 +59,36 @@ def _check_batch(batch: object, prefix_size: int) -> torch.Tensor:
     return batch.long()
 
 
+class CapturedKV(list):
+    """What :func:`capture_kv` returns: a list with one ``(keys, values)`` entry per sequence, each a list
+    over layers of float32 ``(T - prefix_size, c)`` rows, plus ``prefix_size``, the number of leading
+    tokens that were dropped (so :func:`calibrate_predictors` can tell which tokens it was given)."""
+
+    def __init__(self, sequences: Iterable = (), prefix_size: int = 0) -> None:
+        super().__init__(sequences)
+        self.prefix_size = check_int(prefix_size, "prefix_size", low=0)
+
+
 @torch.no_grad()
-def capture_kv(
-    model: torch.nn.Module, batches: Iterable[torch.Tensor], prefix_size: int = 4
-) -> list[tuple[list[torch.Tensor], list[torch.Tensor]]]:
+def capture_kv(model: torch.nn.Module, batches: Iterable[torch.Tensor], prefix_size: int = 4) -> CapturedKV:
     """Run ``model`` in full precision and return each sequence's pre-RoPE keys and values per layer.
 
+    Args:
+        model: a Llama/Qwen-style ``transformers`` causal LM.
+        batches: token tensors ``(B, T)`` with ``T > prefix_size``.
+        prefix_size: leading tokens to drop (default 4: the attention sinks, which the cache never
+            compresses, as evaluation wants; 0 keeps every token, what the official calibration fits on).
+
     Returns:
-        one entry per sequence: ``(keys, values)``, lists over layers of float32 ``(T - prefix_size, c)``
-        rows (the attention-sink prefix, never compressed, is dropped).
+        a :class:`CapturedKV`: one entry per sequence, ``(keys, values)``, lists over layers of float32
+        ``(T - prefix_size, c)`` rows; its ``prefix_size`` attribute records the tokens dropped.
     """
+    prefix_size = check_int(prefix_size, "prefix_size", low=0)
     from transformers import DynamicCache
 
     layout = kv_layout(model.config)
     device = next(model.parameters()).device
-    out = []
+    out = CapturedKV(prefix_size=prefix_size)
     for batch in batches:
         batch = _check_batch(batch, prefix_size).to(device)
         # Full-length layers (no config): a sliding-window config (Mistral) would make DynamicCache keep
@@ -140,27 +163,38 @@ def calibrate_predictors(
     valid_fraction: float = 0.125,
     *,
     prefix_size: int = 4,
+    calibration_tokens: Literal["all", "after_prefix"] = "all",
+    ridge_form: Literal["official", "centred"] = "official",
     fit_inputs: Literal["reconstructed", "original"] = "reconstructed",
     progress: bool | None = None,
-    captured: list | None = None,
+    captured: CapturedKV | None = None,
 ) -> tuple[AquaPredictors, CalibrationReport]:
     """Fit AQUA-KV's key and value predictors for every layer ``>= 1`` of ``model``.
 
     Args:
         model: a Llama/Qwen-style ``transformers`` causal LM (eval mode).
-        batches: token tensors ``(B, T)`` (``T > prefix_size``).
+        batches: token tensors ``(B, T)`` (``T > prefix_size`` for ``calibration_tokens="after_prefix"``).
         quantizer: the residual quantizer that the cache will use (its noise is part of the fit).
         first_layer_quantizer: layer-0 quantizer (required; ``PassthroughQuantizer()`` keeps 16 bits).
         ridge: relative ridge damping (official ``percdamp`` = 1e-3).
         valid_fraction: fraction of sequences held out for the report (at least one when > 0).
-        prefix_size: leading tokens (attention sinks) excluded, as the cache never compresses them.
+        prefix_size: the cache's full-precision prefix (attention sinks); only
+            ``calibration_tokens="after_prefix"`` uses it.
+        calibration_tokens: ``"all"`` (default, official: every token of each sequence, the sinks
+            included) or ``"after_prefix"`` (ours before the alignment: drop the first ``prefix_size``
+            tokens, which the cache never compresses, so the fit sees only tokens it will predict).
+        ridge_form: :func:`~icml25.llm_efficiency.aqua_kv.predictors.fit_ridge`'s form: ``"official"``
+            (default: a ones column on the raw inputs, the intercept damped too) or ``"centred"`` (ours
+            before the alignment: centred data, an unpenalised intercept).
         fit_inputs: ``"reconstructed"`` (the method) or ``"original"`` (ablation: fit on unquantized
             previous layers, a train/inference mismatch that lets errors accumulate).
         progress: a progress bar over layers; ``None`` (default): only in a terminal, never in CI or when
             stderr is not a terminal (``icml25.kernels.experiment.progress``). Each layer's fit is logged
             at INFO level on the ``icml25.llm_efficiency.aqua_kv.calibrate`` logger.
         captured: the output of :func:`capture_kv` for ``batches`` (reuse one capture across fits;
-            ``batches`` is then ignored).
+            ``batches`` is then ignored). It must hold the tokens the fit needs: captured with
+            ``prefix_size=0`` for ``"all"``; for ``"after_prefix"`` any capture prefix up to
+            ``prefix_size`` (the rest is dropped here), so one ``prefix_size=0`` capture serves both.
 
     Returns:
         ``(predictors, report)``.
@@ -173,11 +207,24 @@ def calibrate_predictors(
         raise ValueError(f"valid_fraction must be a float in [0, 1), got {valid_fraction!r}")
     if isinstance(prefix_size, bool) or not isinstance(prefix_size, numbers.Integral) or prefix_size < 0:
         raise ValueError(f"prefix_size must be an int >= 0, got {prefix_size!r}")
+    check_choice(calibration_tokens, "calibration_tokens", CALIBRATION_TOKENS)
+    check_choice(ridge_form, "ridge_form", RIDGE_FORMS)
+    start = 0 if calibration_tokens == "all" else int(prefix_size)  # first calibration token
+    if captured is not None and not isinstance(captured, CapturedKV):
+        raise TypeError(
+            "captured must be the CapturedKV that capture_kv returns (it records the tokens it dropped), "
+            f"got {type(captured).__name__}"
+        )
+    if captured is not None and captured.prefix_size > start:
+        raise ValueError(
+            f"captured dropped the first {captured.prefix_size} tokens but calibration_tokens="
+            f"{calibration_tokens!r} fits from token {start}: capture with capture_kv(..., prefix_size=0)"
+        )
     layout = kv_layout(model.config)
     predictors = AquaPredictors.zeros(layout.num_layers, layout.kv_dim)
     codec = AquaCodec(predictors, quantizer, first_layer_quantizer)  # validates the quantizers first
 
-    seqs = capture_kv(model, batches, prefix_size) if captured is None else list(captured)
+    seqs = capture_kv(model, batches, start) if captured is None else _drop_tokens(captured, start)
     if not seqs:
         raise ValueError("batches must yield at least one sequence")
     n_valid = min(len(seqs) - 1, math.ceil(valid_fraction * len(seqs))) if valid_fraction > 0 else 0
@@ -189,8 +236,9 @@ def calibrate_predictors(
     report = CalibrationReport(n_train_tokens=sum(s[0][0].shape[0] for s in train),
                                n_valid_tokens=sum(s[0][0].shape[0] for s in valid))  # fmt: skip
     logger.info(
-        "AQUA-KV calibration: %d layers, c=%d, %d train / %d valid tokens, fit on %s inputs",
-        layout.num_layers, layout.kv_dim, report.n_train_tokens, report.n_valid_tokens, fit_inputs,
+        "AQUA-KV calibration: %d layers, c=%d, %d train / %d valid tokens (%s), %s ridge, fit on %s inputs",
+        layout.num_layers, layout.kv_dim, report.n_train_tokens, report.n_valid_tokens, calibration_tokens,
+        ridge_form, fit_inputs,
     )  # fmt: skip
     prev = {"train": None, "valid": None}
     nan = math.nan
@@ -201,7 +249,7 @@ def calibrate_predictors(
         if layer > 0:
             # Key predictor: previous layer's keys (reconstructed, or original for the ablation) -> keys.
             x_train = prev["train"][0] if fit_inputs == "reconstructed" else stack(train, 0, layer - 1)
-            w, b = fit_ridge(x_train, k["train"], ridge)
+            w, b = fit_ridge(x_train, k["train"], ridge, ridge_form=ridge_form)
             _set(predictors.key[layer], w, b)
         recon = {}
         for split in ("train", "valid"):
@@ -219,7 +267,7 @@ def calibrate_predictors(
                 xv = torch.cat([recon["train"], prev["train"][1]], dim=-1)
             else:
                 xv = torch.cat([k["train"], stack(train, 1, layer - 1)], dim=-1)
-            w, b = fit_ridge(xv, v["train"], ridge)
+            w, b = fit_ridge(xv, v["train"], ridge, ridge_form=ridge_form)
             _set(predictors.value[layer], w, b)
         for split in ("train", "valid"):
             if k[split].shape[0] == 0:
@@ -245,8 +293,27 @@ def calibrate_predictors(
             report.value_pred_rel_mse_train[-1],
             report.value_pred_rel_mse_valid[-1] if report.value_pred_rel_mse_valid else nan,
         )  # fmt: skip
-    predictors.meta.update(ridge=float(ridge), fit_inputs=fit_inputs, prefix_size=int(prefix_size))
+    predictors.meta.update(
+        ridge=float(ridge), fit_inputs=fit_inputs, prefix_size=int(prefix_size),
+        calibration_tokens=calibration_tokens, ridge_form=ridge_form,
+    )  # fmt: skip
     return predictors, report
+
+
+def _drop_tokens(captured: CapturedKV, start: int) -> list:
+    """The sequences of ``captured`` from token ``start`` on (``captured`` already lacks its prefix)."""
+    drop = start - captured.prefix_size
+    if drop == 0:
+        return list(captured)
+    out = []
+    for keys, values in captured:
+        if keys[0].shape[0] <= drop:
+            raise ValueError(
+                f"calibration sequences must be longer than prefix_size={start} (the prefix is never "
+                f"compressed), got length {captured.prefix_size + keys[0].shape[0]}"
+            )
+        out.append(([k[drop:] for k in keys], [v[drop:] for v in values]))
+    return out
 
 
 def _set(lin: torch.nn.Linear, w: torch.Tensor, b: torch.Tensor) -> None:

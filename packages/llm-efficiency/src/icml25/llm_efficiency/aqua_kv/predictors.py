@@ -15,22 +15,45 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
 
+from icml25.kernels.checks import check_choice
+
 __all__ = ["AquaCodec", "AquaPredictors", "fit_ridge"]
 
+RIDGE_FORMS = ("official", "centred")
+"""The forms of :func:`fit_ridge` (``ridge_form``): the official one (default) and the centred one."""
 
-def fit_ridge(x: torch.Tensor, y: torch.Tensor, ridge: float = 1e-3) -> tuple[torch.Tensor, torch.Tensor]:
-    """Closed-form ridge regression with intercept: ``y ~ x @ W + b``.
 
-    Solves ``(X'X + ridge * mean(diag(X'X)) * I) W = X'Y`` on centred data (so the intercept is not
-    penalised) in float64. ``ridge=0`` is ordinary least squares.
+def fit_ridge(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    ridge: float = 1e-3,
+    *,
+    ridge_form: Literal["official", "centred"] = "official",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Closed-form ridge regression with intercept: ``y ~ x @ W + b``, in float64.
+
+    ``ridge_form="official"`` (default) is the official ``fit_linear_regression(fit_intercept=True)``
+    (``aquakv/linear_utils.py:37-57``): a column of ones is appended to the raw (uncentred) inputs,
+    ``X1 = [x, 1]``, and ``[W; b] = (X1'X1 + ridge * mean(diag(X1'X1)) * I)^-1 X1'Y``; the damping is added
+    to every diagonal entry, the intercept's included, so ``b`` is shrunk too. The official code solves
+    this in float32 with a pseudo-inverse; for ``ridge > 0`` the matrix is positive definite and the
+    float64 solve gives the same solution up to rounding.
+
+    ``ridge_form="centred"`` (ours before the alignment) centres ``x`` and ``y`` and solves
+    ``(Xc'Xc + ridge * mean(diag(Xc'Xc)) * I) W = Xc'Yc`` with ``b = mean(y) - mean(x) @ W``: the intercept is
+    not penalised and the damping scales with the inputs' variance rather than their second moment.
+    ``ridge=0`` is ordinary least squares in both forms (the same solution).
 
     Args:
-        x: ``(N, p)`` inputs. y: ``(N, q)`` targets. ridge: relative damping (official ``percdamp`` 1e-3).
+        x: ``(N, p)`` inputs.
+        y: ``(N, q)`` targets.
+        ridge: relative damping (official ``percdamp`` 1e-3).
+        ridge_form: ``"official"`` or ``"centred"`` (see above).
 
     Returns:
         ``(W (p, q), b (q,))`` in float32.
@@ -43,7 +66,15 @@ def fit_ridge(x: torch.Tensor, y: torch.Tensor, ridge: float = 1e-3) -> tuple[to
         )
     if not isinstance(ridge, (int, float)) or isinstance(ridge, bool) or not ridge >= 0:
         raise ValueError(f"ridge must be a float >= 0, got {ridge!r}")
+    check_choice(ridge_form, "ridge_form", RIDGE_FORMS)
     x64, y64 = x.double(), y.double()
+    if ridge_form == "official":
+        x1 = torch.cat([x64, torch.ones(x64.shape[0], 1, dtype=x64.dtype, device=x64.device)], dim=1)
+        gram = x1.T @ x1
+        damp = ridge * gram.diagonal().abs().mean()
+        eye = torch.eye(gram.shape[0], dtype=gram.dtype, device=gram.device)
+        wb = torch.linalg.solve(gram + damp * eye, x1.T @ y64)
+        return wb[:-1].float(), wb[-1].float()
     mx, my = x64.mean(0), y64.mean(0)
     xc, yc = x64 - mx, y64 - my
     gram = xc.T @ xc

@@ -6,7 +6,10 @@ sequences; on held-out sequences we compare, at ~2 bits per value (HIGGS d=2, n=
 against the same quantizer without predictors and against per-token uniform 2-bit quantization:
 per-layer relative MSE of K^/V^ (layers >= 1) and KL(p_fp || p_compressed) of next-token distributions
 with prefix 4 and buffer 16 so that most tokens are read back compressed. An ablation fits the
-predictors on unquantized inputs (the train/inference mismatch the paper warns about).
+predictors on unquantized inputs (the train/inference mismatch the paper warns about). Calibration is
+the official one (every token, the sinks included; the official ridge form); the full run also reports
+arms with our earlier choices (``ours_*``: sinks dropped and a centred ridge) and with one alignment each
+(``tokens_only_*``, ``ridge_only_*``), to measure what each alignment changes (issue 85).
 """
 
 from __future__ import annotations
@@ -85,6 +88,15 @@ class Setting:
     buffer_size: int = 16
     """Full-precision buffer before tokens are compressed (official: 128; CPU: 16, so most tokens are read
     back compressed)."""
+    calibration_tokens: str = "all"
+    """Tokens the predictors are calibrated on (official: ``"all"``, every token of each sequence, the sinks
+    included; ours before issue 85: ``"after_prefix"``, without the ``prefix_size`` sinks; both modes: all)."""
+    ridge_form: str = "official"
+    """Ridge fit (official: ``"official"``, a ones column on the raw inputs, intercept damped too; ours
+    before issue 85: ``"centred"``, centred data with an unpenalised intercept; both modes: official)."""
+    alignment_arms: bool = False
+    """Also calibrate and evaluate the ``ALIGNMENT_ARMS`` (the issue-85 measurement: full only; quick: no,
+    the quick test's time budget)."""
     eval_step: int = 16
     """Tokens fed per forward pass in the KL evaluation (both modes)."""
     min_position: int = 20
@@ -97,8 +109,14 @@ QUICK = Setting(
 )  # fmt: skip
 FULL = Setting(
     n_layers=6, train_steps=300, n_calibration=64, calibration_length=256, n_eval=16, eval_length=256,
-    first_layer_n=256, gqa_train_steps=200,
+    first_layer_n=256, gqa_train_steps=200, alignment_arms=True,
 )  # fmt: skip
+ALIGNMENT_ARMS = {
+    "ours": ("after_prefix", "centred"),  # neither alignment: our calibration before issue 85
+    "tokens_only": ("all", "centred"),  # only the calibration tokens aligned with the official code
+    "ridge_only": ("after_prefix", "official"),  # only the ridge form aligned
+}
+"""Metric prefix -> ``(calibration_tokens, ridge_form)`` of the extra arms of the full run."""
 
 
 def checks(setting: Setting) -> list[Check]:
@@ -203,7 +221,10 @@ def _gqa_ratios(s: Setting, seed: int, cal_batches: list, eval_batches: list):
         if s.first_layer_n is None
         else HiggsQuantizer(d=s.higgs_d, n=s.first_layer_n, group=group, seed=seed)
     )
-    g_aqua, _ = calibrate_predictors(gqa, cal_batches, quant, first, progress=False)
+    g_aqua, _ = calibrate_predictors(
+        gqa, cal_batches, quant, first, prefix_size=s.prefix_size, calibration_tokens=s.calibration_tokens,
+        ridge_form=s.ridge_form, progress=False,
+    )  # fmt: skip
     g_kv = capture_kv(gqa, eval_batches)
     gk, gv = _mean_rel(g_kv, g_aqua, quant, first)
     nk, nv = _mean_rel(g_kv, AquaPredictors.zeros(g_aqua.num_layers, g_aqua.kv_dim), quant, first)
@@ -224,6 +245,19 @@ def _figure(out_dir: Path, calibration: CalibrationReport, metrics: dict[str, fl
     axes[1].set(ylabel="KL(fp || compressed)", yscale="log", title="next-token KL")
     fig.tight_layout()
     return save_figure(fig, out_dir, "p36_aqua_kv")
+
+
+def _calibration_text(s: Setting) -> str:
+    tokens = {
+        "all": f"every token, the {s.prefix_size} sink tokens included",
+        "after_prefix": f"the tokens after the {s.prefix_size} sink tokens",
+    }
+    forms = {"official": "the official ridge (ones column, intercept damped)", "centred": "a centred ridge"}
+    text = f"Calibration fits on {tokens[s.calibration_tokens]}, with {forms[s.ridge_form]}."
+    if s.alignment_arms:
+        arms = "; ".join(f"{name}_* = {tokens[tok]}, {forms[f]}" for name, (tok, f) in ALIGNMENT_ARMS.items())
+        text += f" Extra arms: {arms}."
+    return text
 
 
 def run(quick: bool = True, seed: int = 0, out_dir: str | Path | None = None) -> Report:
@@ -249,12 +283,19 @@ def run(quick: bool = True, seed: int = 0, out_dir: str | Path | None = None) ->
         else HiggsQuantizer(d=s.higgs_d, n=s.first_layer_n, group=s.group, seed=seed)
     )
     uniform = UniformQuantizer(bits=s.uniform_bits, group=s.group)
-    cal_kv = capture_kv(model, cal_batches)  # one full-precision pass, reused by both fits
-    eval_kv = capture_kv(model, eval_batches)
-    aqua, calibration = calibrate_predictors(model, None, quant, first, progress=not quick, captured=cal_kv)
-    broken, _ = calibrate_predictors(
-        model, None, quant, first, fit_inputs="original", progress=False, captured=cal_kv
-    )
+    # One full-precision pass over every token (prefix_size=0), reused by every fit: calibration_tokens
+    # "after_prefix" drops the sinks from it. Evaluation counts only the tokens the cache compresses.
+    cal_kv = capture_kv(model, cal_batches, prefix_size=0)
+    eval_kv = capture_kv(model, eval_batches, prefix_size=s.prefix_size)
+
+    def fit(tokens: str, form: str, fit_inputs: str = "reconstructed", bar: bool = False) -> tuple:
+        return calibrate_predictors(
+            model, None, quant, first, prefix_size=s.prefix_size, calibration_tokens=tokens,
+            ridge_form=form, fit_inputs=fit_inputs, progress=bar, captured=cal_kv,
+        )  # fmt: skip
+
+    aqua, calibration = fit(s.calibration_tokens, s.ridge_form, bar=not quick)
+    broken, _ = fit(s.calibration_tokens, s.ridge_form, "original")
     zeros = AquaPredictors.zeros(aqua.num_layers, aqua.kv_dim)
 
     k_aqua, v_aqua = _mean_rel(eval_kv, aqua, quant, first)
@@ -286,6 +327,20 @@ def run(quick: bool = True, seed: int = 0, out_dir: str | Path | None = None) ->
         cache_bits_per_value=e_aqua["bits_per_value"], quantizer_bits_per_value=quant.bits_per_value,
         predictor_params=float(aqua.num_parameters()),
     )  # fmt: skip
+    t_arms = time.perf_counter()
+    for name, (tokens, form) in ALIGNMENT_ARMS.items() if s.alignment_arms else ():
+        arm, _ = fit(tokens, form)
+        arm_broken, _ = fit(tokens, form, "original")
+        ka, va = _mean_rel(eval_kv, arm, quant, first)
+        kb, vb = _mean_rel(eval_kv, arm_broken, quant, first)
+        e_arm = kl(arm, quant)
+        metrics.update({
+            f"{name}_key_ratio": ka / k_none, f"{name}_value_ratio": va / v_none,
+            f"{name}_kl": e_arm["kl"], f"{name}_kl_ratio": e_arm["kl"] / e_none["kl"],
+            f"{name}_broken_ratio": (kb + vb) / (ka + va),
+        })  # fmt: skip
+    if s.alignment_arms:
+        metrics["alignment_arms_seconds"] = time.perf_counter() - t_arms
     if s.gqa_train_steps:
         metrics.update(_gqa_ratios(s, seed, cal_batches, eval_batches))
     metrics["seconds"] = time.perf_counter() - t0
@@ -297,7 +352,7 @@ def run(quick: bool = True, seed: int = 0, out_dir: str | Path | None = None) ->
         f"HIGGS d={s.higgs_d} n={s.higgs_n} g={s.group} ({quant.bits_per_value:.3f} b/v) for layers>=1, "
         f"layer 0: {first!r}; compressed chunks average {metrics['bits_per_value']:.3f} b/v incl. layer 0 "
         f"(uniform baseline {s.uniform_bits}-bit g={s.group}: {metrics['uniform_bits_per_value']:.3f}). "
-        "Broken variant = predictors fitted on unquantized inputs. Calibration excludes the 4 sink tokens."
+        "Broken variant = predictors fitted on unquantized inputs. " + _calibration_text(s)
     )
     return Report.from_checks(
         paper=PAPER,
