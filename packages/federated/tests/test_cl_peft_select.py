@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import numpy as np
 import pytest
@@ -416,6 +417,109 @@ def test_peft_keys_round_trip_and_mixed_batch_cross_check() -> None:
     back.eval()
     with torch.no_grad():
         torch.testing.assert_close(back(x).logits, ours_logits, atol=1e-6, rtol=0)
+
+
+# ------------------------------------------------------------------------------- successor option
+def three_task_cl(layers: int = 4, **kwargs: object) -> PresentativeCL:
+    cl = PresentativeCL(tiny_model(layers=layers), r=2, alpha=4, **kwargs)
+    for i, (lo, hi) in enumerate([(0, 10), (20, 30), (10, 20)]):
+        cl.begin_task(f"t{i}")
+        train_steps(cl, batch(lo, hi, seed=i))
+        cl.end_task()
+    return cl
+
+
+def test_successor_covering_every_layer_is_per_layer_routing_exactly() -> None:
+    x = batch(0, 30, n=9, seed=5)
+    own, listed = three_task_cl(), three_task_cl(successor=[3, 2, 1, 0])
+    assert listed.successor == (0, 1, 2, 3)
+    r_own, r_listed = own.routing(x), listed.routing(x)
+    assert r_own.keys() == r_listed.keys()
+    assert all(torch.equal(r_own[k], r_listed[k]) for k in r_own)
+    own.eval(), listed.eval()
+    with torch.no_grad():
+        assert torch.equal(own(x), listed(x))
+    for (_, a), (_, b) in zip(own.wrapped(), listed.wrapped()):
+        assert all(torch.equal(a.stats[t].mean, b.stats[t].mean) for t in a.tasks)
+
+
+def test_successor_of_layer_zero_routes_every_layer_like_layer_zero() -> None:
+    x = batch(0, 30, n=9, seed=5)
+    cl = three_task_cl(successor=(0,))
+    for proj in ("q_proj", "v_proj"):
+        first = f"layers.0.self_attn.{proj}"
+        for routing in (cl.routing(x), cl.last_routing()):
+            assert all(
+                torch.equal(routing[f"layers.{i}.self_attn.{proj}"], routing[first]) for i in (1, 2, 3)
+            )
+    # per-layer routing picks differently somewhere on this batch: the option changes the result
+    own = three_task_cl().routing(x)
+    assert any(not torch.equal(w, own[k]) for k, w in cl.routing(x).items())
+    # later layers still update their own statistics in training, as the official code does
+    layer3 = cl.model.get_submodule("layers.3.self_attn.q_proj")
+    assert all(layer3.stats[t].n > 0 for t in layer3.tasks)
+    # training forwards reuse the weights too
+    cl.begin_task("t3")
+    cl.train()
+    cl(batch(30, 40, seed=3))
+    tr = cl.last_routing()
+    assert all(
+        torch.equal(tr[f"layers.{i}.self_attn.q_proj"], tr["layers.0.self_attn.q_proj"]) for i in (1, 2, 3)
+    )
+
+
+def test_successor_chains_to_the_nearest_listed_layer_below() -> None:
+    x = batch(0, 30, n=9, seed=5)
+    cl, own = three_task_cl(successor=(0, 2)), three_task_cl()
+    r, r_own = cl.routing(x), own.routing(x)
+    for proj in ("q_proj", "v_proj"):
+        name = f"layers.{{}}.self_attn.{proj}"
+        assert torch.equal(r[name.format(1)], r[name.format(0)])
+        assert torch.equal(r[name.format(3)], r[name.format(2)])
+        assert torch.equal(r[name.format(0)], r_own[name.format(0)])  # layer 0 is untouched
+
+
+@pytest.mark.parametrize(
+    ("successor", "error", "match"),
+    [
+        ((1,), ValueError, "must include the first wrapped layer, 0"),
+        ((0, 7), ValueError, r"wrapped layer indices \[0, 1\]; got \[7\]"),
+        ((0, -1), ValueError, "successor"),
+        (("0",), TypeError, "successor must be a tuple of ints"),
+        (0, TypeError, "successor must be a tuple of ints"),
+    ],
+)
+def test_bad_successor_raises_before_wrapping(successor: object, error: type, match: str) -> None:
+    model = tiny_model()
+    with pytest.raises(error, match=match):
+        PresentativeCL(model, successor=successor)
+    assert not any(isinstance(m, SelectableLoRALinear) for m in model.modules())
+    assert all(p.requires_grad for p in model.parameters())
+
+
+def test_successor_needs_numbered_layers() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    model.add_module("head", nn.Linear(4, 2))
+    with pytest.raises(ValueError, match="have no layer index"):
+        PresentativeCL(model, targets=("0", "head"), successor=(0,))
+
+
+# ---------------------------------------------------------------------------- gradient clipping
+def test_gradient_clipping_is_the_official_default_and_none_stays_reachable() -> None:
+    assert exp.FULL.clip_norm == exp.QUICK.clip_norm == 1.0
+    assert exp.FULL.successor_arm == (0,) and exp.QUICK.successor_arm is None
+    tasks = exp.make_tasks(1, 48, 8, seed=0)
+    small = dataclasses.replace(exp.QUICK, hidden=16, layers=1, epochs=1, lr=0.5)
+
+    def lora_after(clip: float | None) -> torch.Tensor:
+        cl = PresentativeCL(tiny_model(d=16, layers=1), r=2, alpha=32, seed=0)
+        cl.begin_task("t0")
+        exp.train_task(cl, tasks[0][0], dataclasses.replace(small, clip_norm=clip), 0, None)
+        return torch.cat([p.detach().flatten() for p in cl.trainable_parameters()])
+
+    unclipped, clipped = lora_after(None), lora_after(1.0)
+    assert not torch.equal(unclipped, clipped)  # lr 0.5: some step's gradient norm exceeds 1
+    assert torch.equal(lora_after(1e9), unclipped)  # a bound never reached changes nothing
 
 
 # ---------------------------------------------------------------------------------------- the gate

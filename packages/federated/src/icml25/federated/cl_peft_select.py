@@ -9,7 +9,8 @@ by default) keeps, per task ``j``, a running diagonal Gaussian ``(μ, σ², n)``
 feature* ``f = mean over prompt tokens of W_p h`` (``W_p`` the frozen projection, ``h`` its input, i.e.
 the normalised attention input). Each instance is routed, per projection and per layer, to the blocks
 whose feature distribution is closest: ``w = softmax(−‖f − μ_j‖ / τ)``, top-k (default 1) renormalised,
-and the projection outputs ``W_p h + Σ_j w_j (α/r) B_j A_j h``.
+and the projection outputs ``W_p h + Σ_j w_j (α/r) B_j A_j h``. The official ``--successor`` option
+(``PresentativeCL(successor=...)``) lets the layers outside a given list reuse the previous layer's weights.
 
 The wrapper :class:`SelectableLoRALinear` replaces ``nn.Linear`` modules in place, like ``peft`` does, with
 peft's parameter layout (``base_layer``, ``lora_A.<adapter>``, ``lora_B.<adapter>``), so every task's
@@ -29,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from icml25.kernels.checks import check_choice, check_float, check_int, check_tensor
+from icml25.kernels.checks import check_choice, check_float, check_int, check_ints, check_tensor
 from icml25.kernels.rng import isolated_rng
 
 __all__ = [
@@ -224,6 +225,9 @@ class SelectableLoRALinear(nn.Module):
     a=√5) and ``lora_B[task]`` (``(out, r)``, zeros), scaling ``α/r``. ``forward(h (B, T, in))`` returns
     ``base(h) + Σ_j w_j (α/r) B_j A_j h`` (B, T, out); ``w (B, K)`` comes from the feature
     ``masked_mean(base(h), prompt_mask)`` (see :func:`routing_weights`) unless the owner forces a route.
+    With ``route_from`` (the official successor option, set by :class:`PresentativeCL`) the layer reuses
+    the weights that the wrapped layer of that path used in the same forward pass instead of routing on its
+    own feature; in training it still updates its own statistics first, as the official code does.
     """
 
     def __init__(
@@ -238,6 +242,7 @@ class SelectableLoRALinear(nn.Module):
         top_p: float | None = None,
         name: str = "",
         context: _Context | None = None,
+        route_from: str | None = None,
     ) -> None:
         super().__init__()
         if not isinstance(base_layer, nn.Linear):
@@ -250,6 +255,9 @@ class SelectableLoRALinear(nn.Module):
         self.distance, self.temperature, self.top_k, self.top_p = distance, temperature, top_k, top_p
         self.name = name
         self.context = context if context is not None else _Context()
+        if route_from is not None and not isinstance(route_from, str):
+            raise TypeError(f"route_from must be a wrapped layer's path (str) or None, got {route_from!r}")
+        self.route_from = route_from
         self.lora_A = nn.ModuleDict()
         self.lora_B = nn.ModuleDict()
         self.stats: dict[str, RunningDiagGaussian] = {}
@@ -305,7 +313,10 @@ class SelectableLoRALinear(nn.Module):
         feature = masked_mean(flat.detach(), self.context.prompt_mask)  # (B, out)
         if self.training:
             self.stats[self.current].update(feature)  # official order: update, then route
-        weights = self._weights(feature)  # (B, K) over self.tasks
+        if self.route_from is not None and self.context.route is None:
+            weights = self._reused_weights(feature.shape[0])
+        else:
+            weights = self._weights(feature)  # (B, K) over self.tasks
         self.context.log[self.name] = weights.detach()
         total = out
         for j, task in enumerate(self.tasks):
@@ -319,6 +330,17 @@ class SelectableLoRALinear(nn.Module):
                 with torch.no_grad():
                     total = total + scale * self.lora(task, h)
         return total
+
+    def _reused_weights(self, batch: int) -> torch.Tensor:
+        """The weights ``route_from`` used in this forward pass (official successor: layer idx − 1's)."""
+        weights = self.context.log.get(self.route_from)  # type: ignore[arg-type]
+        if weights is None or weights.shape != (batch, len(self.tasks)):
+            raise RuntimeError(
+                f"{self.name or 'SelectableLoRALinear'} reuses the routing weights of {self.route_from!r}, "
+                "which has not run in this forward pass: call the model through PresentativeCL, whose "
+                "wrapped layers run in layer order"
+            )
+        return weights
 
     def _weights(self, feature: torch.Tensor) -> torch.Tensor:
         b, k = feature.shape[0], len(self.tasks)
@@ -363,6 +385,58 @@ def _resolve_targets(model: nn.Module, targets: Sequence[str]) -> list[tuple[str
     return sorted(found, key=lambda nm: nm[0])
 
 
+def _layer_index(path: str) -> tuple[int, str] | None:
+    """``"model.layers.3.self_attn.q_proj"`` -> ``(3, "model.layers.{}.self_attn.q_proj")``: the first
+    integer component of a module path (the decoder layer) and the path with it left out (the projection)."""
+    parts = path.split(".")
+    for i, part in enumerate(parts):
+        if part.isdigit():
+            return int(part), ".".join([*parts[:i], "{}", *parts[i + 1 :]])
+    return None
+
+
+def _successor_sources(paths: Sequence[str], successor: object) -> dict[str, str | None]:
+    """Per wrapped path, the path whose routing weights it reuses (None: it routes on its own feature).
+
+    The official ``--successor`` list (``LlamaModel.forward``): a layer ``idx`` in the list routes on its
+    own feature; any other layer takes the weights of the same projection in layer ``idx − 1`` (here the
+    nearest lower wrapped layer), itself possibly reused, so a run of layers shares the weights of the
+    last listed layer below it."""
+    if successor is None:
+        return dict.fromkeys(paths)
+    chosen = set(check_ints(successor, "successor", low=0))
+    located = {p: _layer_index(p) for p in paths}
+    unindexed = [p for p, li in located.items() if li is None]
+    if unindexed:
+        raise ValueError(
+            f"successor needs wrapped modules inside numbered layers (a path like 'layers.3.q_proj'); "
+            f"{unindexed[:3]} have no layer index"
+        )
+    indices = sorted({li[0] for li in located.values() if li is not None})
+    unknown = sorted(chosen - set(indices))
+    if unknown:
+        raise ValueError(f"successor entries must be wrapped layer indices {indices}; got {unknown} too")
+    if indices[0] not in chosen:
+        # Official: layer 0 outside the list would read the last layer's weights of the previous call.
+        raise ValueError(
+            f"successor must include the first wrapped layer, {indices[0]}, which has no earlier layer "
+            f"to reuse; got {sorted(chosen)}"
+        )
+    by_key = {(li[0], li[1]): p for p, li in located.items() if li is not None}
+    out: dict[str, str | None] = {}
+    for p, li in located.items():
+        assert li is not None
+        idx, key = li
+        if idx in chosen:
+            out[p] = None
+            continue
+        lower = [j for j in indices if j < idx and (j, key) in by_key]
+        if not lower:
+            raise ValueError(f"successor: {p!r} has no wrapped projection of its kind in an earlier layer")
+        out[p] = by_key[(lower[-1], key)]
+    return out
+
+
 def _set_submodule(model: nn.Module, path: str, module: nn.Module) -> None:
     parent, _, child = path.rpartition(".")
     setattr(model.get_submodule(parent) if parent else model, child, module)
@@ -380,6 +454,12 @@ class PresentativeCL(nn.Module):
     ``forward(input_ids (B, T), prompt_mask=None (B, T), route=None, **kwargs)`` calls ``model``.
     ``prompt_mask`` marks the tokens that make the feature (prompt tokens; labels and padding excluded;
     None: all). ``route`` forces the weights instead: task indices ``(B,)`` (the oracle) or weights ``(B, K)``.
+
+    ``successor`` is the official ``--successor`` option: the decoder-layer indices (the first integer in a
+    wrapped module's path, ``layers.<i>.``) whose projections route on their own feature; a projection in
+    any other layer reuses the weights of the same projection in the previous wrapped layer (so
+    ``successor=(0,)`` routes every layer like layer 0). The list must include the first wrapped layer.
+    ``None`` (default, the official default): every wrapped layer routes on its own feature.
     """
 
     def __init__(
@@ -393,6 +473,7 @@ class PresentativeCL(nn.Module):
         top_k: int = 1,
         top_p: float | None = None,
         seed: int | None = 0,
+        successor: Sequence[int] | None = None,
     ) -> None:
         super().__init__()
         if not isinstance(model, nn.Module):
@@ -405,10 +486,12 @@ class PresentativeCL(nn.Module):
         found = _resolve_targets(model, targets)
         if any(isinstance(model.get_submodule(n), SelectableLoRALinear) for n, _ in found):
             raise ValueError("model is already wrapped by a PresentativeCL")
+        sources = _successor_sources([n for n, _ in found], successor)
         self.targets = tuple(targets)
         self.r, self.alpha = r, alpha
         self.distance, self.temperature, self.top_k, self.top_p = distance, temperature, top_k, top_p
         self.seed = seed
+        self.successor = None if successor is None else tuple(sorted({int(i) for i in successor}))
         self.context = _Context()
         for p in model.parameters():
             p.requires_grad_(False)
@@ -424,6 +507,7 @@ class PresentativeCL(nn.Module):
                 top_p=top_p,
                 name=path,
                 context=self.context,
+                route_from=sources[path],
             )
             _set_submodule(model, path, wrapped)
             self.layer_names.append(path)
