@@ -32,10 +32,10 @@ Why this equals the tile loop:
   are the INT8 values already multiplied by their scales (:func:`operands`: the reference's quantization,
   element for element, computed in place in fp32 with no INT8 tensor) and the GEMMs run in fp32. Products
   of INT8 values summed over ``d`` are exact in fp32, so only the order of the scale multiplication
-  differs: the method's quantization error (what P01 measures, the GPU kernel's) is kept. Cost on one CPU thread at L = 4096, d = 64: ≈ 1 ms per call (≈ 5% of a
-  top-k 0.1 call; ``quantize_qk=False`` saves it). CPU INT8 GEMM (``torch._int_mm``) was measured and not
-  used: with ``d = 64`` its time plus the INT32→fp32 pass matched the fp32 GEMM, and it has no batched or
-  fused-softmax form.
+  differs: the method's quantization error (what P01 measures, the GPU kernel's) is kept. It costs ≈ 1 ms
+  per call on one CPU thread at L = 4096, d = 64 (≈ 5% of a top-k 0.1 call; ``quantize_qk=False`` saves
+  it). CPU INT8 GEMM (``torch._int_mm``) was measured and not used: with ``d = 64`` its time plus the
+  INT32→fp32 pass matched the fp32 GEMM, and it has no batched or fused-softmax form.
 
 Memory: the explicit route's score chunk is bounded by ``max_chunk`` elements (default 2²¹, 8 MiB), the
 fused route's gathered K/V by the same number of ``K`` rows × ``d``.
@@ -163,7 +163,7 @@ def sparse_flash_forward(
         count_f = torch.where(_causal_dense_heads(x, count_f, B=B, H=H, hkv=hkv), 0, count_f)
     limit = MAX_CHUNK if max_chunk is None else max_chunk
     # Non-causal programs that provably skip nothing (cheap norm bound) go to the grouped SDPA route.
-    fused = _range_no_skip(x) if x.sdpa and not is_causal else None
+    cleared = _range_no_skip(x) if x.sdpa and not is_causal else None
     order = torch.argsort(count_f, stable=True)
     values, sizes = torch.unique_consecutive(count_f[order], return_counts=True)
     start = 0
@@ -172,8 +172,8 @@ def sparse_flash_forward(
         start += size
         if c == 0:  # no kept block (or done above): the rows output 0 (as in the loop)
             continue
-        if fused is not None:
-            ok = fused.index_select(0, members)
+        if cleared is not None:
+            ok = cleared.index_select(0, members)
             if bool(ok.any()):
                 _grouped(x, members[ok], c, limit)
                 members = members[~ok]
