@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 
 import torch
 import torch.nn.functional as F
@@ -133,6 +134,12 @@ def main() -> None:
         help="time the tile-loop reference of stage 2 instead (the old CPU path)",
     )
     parser.add_argument("--check", action="store_true", help="first compare Triton with the reference")
+    parser.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="wall (default) or cpu: process CPU seconds, robust when other jobs share the cores (CPU only)",
+    )
     parser.add_argument("--launches", action="store_true", help="first count launches/syncs of one call")
     args = parse_bench_args(parser)
     rows = Rows("sparse_attention", args)
@@ -155,7 +162,7 @@ def main() -> None:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(
         f"device={device} backend={backend}{' (tile loop)' if args.loop else ''} dtype={dtype} B=1 H={heads} "
-        f"d={dim} threads={torch.get_num_threads()} pairs={args.reps} load(1 min)={load:.2f}"
+        f"d={dim} threads={torch.get_num_threads()} pairs={args.reps} clock={args.clock} load(1 min)={load:.2f}"
     )
     print(
         f"{'L':>6} {'setting':<22} {'sparsity':>8} {'pv_skip':>7} {'sdpa_ms':>9} {'sparge_ms':>9} "
@@ -174,6 +181,7 @@ def main() -> None:
                 lambda q=q, k=k, v=v: F.scaled_dot_product_attention(q, k, v),
                 args.reps,
                 cuda=device == "cuda",
+                clock=time.process_time if args.clock == "cpu" and device == "cpu" else time.perf_counter,
             )
             print(
                 f"{length:>6} {name:<22} {st.sparsity:>8.3f} {st.pv_skip_fraction:>7.3f} {t_sdpa * 1e3:>9.1f} "
