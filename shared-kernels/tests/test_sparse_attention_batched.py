@@ -203,3 +203,83 @@ def test_public_ops_run_the_batched_path_and_match_the_loop(monkeypatch):
     torch.testing.assert_close(o_mb, o_mr, atol=2e-5, rtol=1e-4)
     assert st_b.skipped_pv_tiles == st_r.skipped_pv_tiles and st_b.sparsity == st_r.sparsity
     assert st_mb.skipped_pv_tiles == st_mr.skipped_pv_tiles
+
+
+@pytest.mark.parametrize("q_group", [16, 8])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("smooth", [True, False])
+def test_operands_equal_int8_values_times_scales(q_group, dtype, smooth):
+    # The reference path's fp32 operands are the INT8 ones times their scales, element for element
+    # (ragged lengths: zero padding rows), and the inputs are left untouched.
+    q, k, _ = _qkv(2, 2, 1, 75, 83, 32, seed=13)
+    q, k = 3.0 * q.to(dtype), (2.0 * k + 0.5).to(dtype)
+    q0, k0 = q.clone(), k.clone()
+    k_mean = k.mean(dim=-2, dtype=torch.float32) if smooth else None
+    scale = 1.0 / math.sqrt(32)
+    q_op, q_s, k_op, k_s = batched.operands(
+        q, k, scale=scale, k_mean=k_mean, quantize=True, block_q=16, block_k=16, q_group=q_group
+    )
+    assert q_s is None and k_s is None and q_op.dtype == k_op.dtype == torch.float32
+    q8 = ref.block_stats(q, 16, quant_scale=scale * ref.LOG2E, quant_group=q_group)
+    k8 = ref.block_stats(k, 16, mean=k_mean, quant_scale=1.0)
+    q_ref = (q8.x_int8.float().view(2, 2, -1, q_group, 32) * q8.scale[..., None, None]).view_as(q_op)
+    k_ref = (k8.x_int8.float().view(2, 1, -1, 16, 32) * k8.scale[..., None, None]).view_as(k_op)
+    assert torch.equal(q_op, q_ref) and torch.equal(k_op, k_ref)
+    assert torch.equal(q, q0) and torch.equal(k, k0)
+    plain = batched.operands(q, k, scale=scale, k_mean=k_mean, quantize=False, block_q=16, block_k=16,
+                             q_group=q_group)  # fmt: skip
+    expected = ref.quantize_qk(q, k, scale=scale, smooth_k=smooth, quantize=False, block_q=16, block_k=16,
+                               k_mean=k_mean)  # fmt: skip
+    assert all(torch.equal(a, b) for a, b in zip(plain[::2], expected[::2]))
+
+
+@pytest.mark.parametrize("lk", [128, 121])
+def test_grouped_route_merges_programs_with_the_same_tiles(lk, monkeypatch):
+    # Q blocks that keep the same K blocks run as one longer query (fewer SDPA calls than programs, one
+    # gather per set); a set that keeps the ragged last K block is cut to the real keys. Equal to the loop.
+    q, k, v = _qkv(2, 2, 1, 128, lk, 16, seed=17)
+    mask = torch.zeros(2, 2, 8, 8, dtype=torch.bool)
+    mask[..., :4, :3] = True  # Q blocks 0-3: K blocks 0-2 (one set per head)
+    mask[..., 4:, 5:] = True  # Q blocks 4-7: K blocks 5-7, holding the ragged last one when lk = 121
+    mask[1, 1, 6] = False
+    mask[1, 1, 6, 0] = True  # one program with a set of its own
+    shapes = []
+    real = batched.F.scaled_dot_product_attention
+    monkeypatch.setattr(
+        batched.F,
+        "scaled_dot_product_attention",
+        lambda *a, **kw: shapes.append(a[0].shape) or real(*a, **kw),
+    )
+    for lam in (math.inf, 50.0):
+        shapes.clear()
+        _assert_same(*_both(q, k, v, mask, causal=False, lam=lam))
+        # Sets, not programs (32): both query heads read K/V head 0, so per batch the two sets hold 8
+        # programs each, except batch 1's second set (7) and the lone program (1).
+        assert sum(s[0] for s in shapes) == 5
+        assert max(s[2] for s in shapes) == 8 * 16  # eight Q blocks in one query
+    shapes.clear()
+    _assert_same(*_both(q, k, v, mask, causal=False, lam=0.5))  # the norm bound cannot clear λ = 0.5
+    assert sum(s[0] for s in shapes) < 5
+
+
+@settings(max_examples=20, deadline=None)
+@given(gain=st.floats(0.2, 6.0), lam=st.sampled_from([0.5, 2.0, 8.0, 30.0]), seed=st.integers(0, 1000))
+def test_property_norm_bound_clears_only_programs_the_loop_never_skips(gain, lam, seed):
+    # _range_no_skip is a proof: every program it clears has 0 skipped tiles in the tile loop.
+    q, k, v = _qkv(1, 2, 2, 64, 96, 16, seed=seed)
+    q, k = gain * q, gain * k
+    q[..., 0] += gain * 4.0  # a dominant direction makes some tiles skippable
+    k[:, :, :16, 0] += gain * 4.0
+    mask = torch.rand(1, 2, 4, 6, generator=torch.Generator().manual_seed(seed)) < 0.8
+    o_r, s_r, o_b, s_b = _both(q, k, v, mask, causal=False, lam=lam, quantize=True)
+    _assert_same(o_r, s_r, o_b, s_b, atol=1e-4)
+    q_op, _, k_op, _ = _operands(q, k, quantize=False, gran_rows=None, block_q=16, block_k=16, scale=0.25)
+    x = batched._Ctx(
+        qb=q_op.reshape(8, 16, 16), kb=k_op.reshape(12, 16, 16), vb=k_op.reshape(12, 16, 16),
+        lut=torch.zeros(8, 6, dtype=torch.long), kv_base=torch.arange(8) // 4 * 6, i_idx=torch.arange(8) % 4,
+        lam=torch.full((8,), lam), out=torch.zeros(8, 16, 16), skipped=torch.zeros(8, dtype=torch.int32),
+        lq=64, lk=96, is_causal=False, block_q=16, block_k=16, v_dtype=torch.float32, sdpa=True,
+    )  # fmt: skip
+    cleared = batched._range_no_skip(x)
+    _, s_plain, _, _ = _both(q, k, v, mask, causal=False, lam=lam)
+    assert int(s_plain.view(-1)[cleared].sum()) == 0

@@ -336,7 +336,11 @@ def _k_mean(k: torch.Tensor, smooth_k: bool) -> torch.Tensor | None:
 def _stats_pass(
     c: _Call, *, quantize: bool, smooth_k: bool
 ) -> tuple[BlockStats, BlockStats, torch.Tensor | None]:
-    """Block statistics of Q and K (pooled means, self-similarities), optionally their INT8 form, and K's mean."""
+    """Block statistics of Q and K (pooled means, self-similarities), optionally their INT8 form, and K's mean.
+
+    The reference path never quantizes here (its statistics are those of the unquantized tensors either
+    way): :func:`_operands` builds its stage-2 operands, INT8 values already times their scales.
+    """
     k_mean = _k_mean(c.k, smooth_k)
     q_mult = c.scale * reference.LOG2E
     if c.backend == "triton":
@@ -345,10 +349,8 @@ def _stats_pass(
             block_k=c.block_k,
         )  # fmt: skip
         return q_stats, k_stats, k_mean
-    q_stats = reference.block_stats(
-        c.q, c.block_q, quant_scale=q_mult if quantize else None, quant_group=c.q_group
-    )
-    k_stats = reference.block_stats(c.k, c.block_k, mean=k_mean, quant_scale=1.0 if quantize else None)
+    q_stats = reference.block_stats(c.q, c.block_q)
+    k_stats = reference.block_stats(c.k, c.block_k, mean=k_mean)
     return q_stats, k_stats, k_mean
 
 
@@ -395,8 +397,14 @@ def _operands(
     *,
     quantize_qk: bool,
 ) -> _Operands:
-    """The forward kernel's ``(q_op, q_scale, k_op, k_scale)``: the INT8 ones of the (quantizing) stats
-    pass, or full-precision floats (Q pre-scaled, K smoothed with ``k_mean``)."""
+    """The forward kernel's ``(q_op, q_scale, k_op, k_scale)``: on Triton the INT8 ones of the (quantizing)
+    stats pass or full-precision floats (Q pre-scaled, K smoothed with ``k_mean``); on the reference path
+    fp32 operands, the INT8 ones already multiplied by their scales (:func:`batched.operands`)."""
+    if c.backend == "reference":
+        return batched.operands(
+            c.q, c.k, scale=c.scale, k_mean=k_mean, quantize=quantize_qk, block_q=c.block_q,
+            block_k=c.block_k, q_group=c.q_group,
+        )  # fmt: skip
     if quantize_qk:
         return q_stats.x_int8, q_stats.scale, k_stats.x_int8, k_stats.scale
     return reference.quantize_qk(
@@ -526,7 +534,7 @@ def block_sparse_attention(
         block_mask=block_mask,
     )  # fmt: skip
     mask, lut, count = _mask_lut(c)
-    if quantize_qk:
+    if quantize_qk and c.backend == "triton":  # its stats launch also quantizes
         q_stats, k_stats, k_mean = _stats_pass(c, quantize=True, smooth_k=smooth_k)
     else:
         q_stats, k_stats, k_mean = None, None, _k_mean(c.k, smooth_k)

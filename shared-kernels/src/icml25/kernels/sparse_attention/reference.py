@@ -80,8 +80,9 @@ def quantize_int8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     scale = x.abs().amax(dim=(-2, -1)) / 127.0
     scale = torch.where(scale > 0, scale, torch.ones_like(scale))
     y = x / scale[..., None, None]
-    # Round half away from zero (as the official kernels do), not torch.round's half-to-even.
-    r = torch.where(y >= 0, torch.floor(y + 0.5), torch.ceil(y - 0.5))
+    # Round half away from zero (as the official kernels do), not torch.round's half-to-even:
+    # trunc(y ± 0.5) is floor(y + 0.5) for y >= 0 and ceil(y - 0.5) below, in three passes instead of six.
+    r = y.add_(torch.copysign(torch.tensor(0.5, device=y.device), y)).trunc_()
     return r.clamp_(-127, 127).to(torch.int8), scale
 
 
