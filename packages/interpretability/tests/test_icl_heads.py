@@ -247,17 +247,19 @@ def _verdict(metrics: dict[str, float]) -> dict[str, bool]:
     return {c.name: c(metrics) for c in exp.checks(exp.QUICK)}
 
 
-def test_quick_run_is_a_known_miss_and_the_no_op_patch_fails() -> None:
-    """Known miss: 300 steps do not teach the 16 bijections (clean accuracy < 0.6, the pre-condition),
-    so the quick run is inconclusive = fail; the silently skipped patch changes nothing at all."""
+def test_quick_run_passes_and_the_no_op_patch_fails() -> None:
+    """Seed 0 (2 x 4, d = 64, 6 tasks, 1,200 steps): the tasks are learned (clean accuracy 0.987, pre-condition
+    0.6), mean-ablating the top-2 FV heads drops accuracy by 0.32 against 0.168 for random pairs (gate: 0.15
+    and random + 0.1) and the induction arm drops it by 0 (default CPU path: 0.46 vs 0.119). The gate holds
+    in 6 of the 10 runs of seeds 0-4 on the two paths (package README). The silently skipped patch changes
+    nothing at all, so it fails the gate."""
     good, broken = _quick_measure()
-    v = _verdict(good)
-    assert good["clean_acc"] < exp.MIN_CLEAN_ACC_QUICK and not all(v.values()), good
-    assert not v[f"pre-condition: clean ICL accuracy >= {exp.MIN_CLEAN_ACC_QUICK:g}"]
-    assert good["best_induction"] > 0.4 and good["copy_acc"] > 0.5  # the induction side is learned
-    assert (
-        broken["drop_fv"] == 0 and broken["baseline_drop_random"] == 0 and not all(_verdict(broken).values())
-    )
+    assert all(_verdict(good).values()), good
+    assert good["clean_acc"] >= exp.MIN_CLEAN_ACC_QUICK + 0.3  # conclusive with room to spare
+    assert good["drop_fv"] >= good["drop_induction"] + exp.FV_DROP_ABS  # FV heads, not induction heads
+    assert good["best_induction"] > exp.MIN_INDUCTION and good["copy_acc"] > exp.MIN_COPY_ACC
+    assert broken["drop_fv"] == broken["baseline_drop_random"] == broken["drop_induction"] == 0
+    assert not all(_verdict(broken).values())
 
 
 def test_threshold_text_names_the_gate() -> None:
