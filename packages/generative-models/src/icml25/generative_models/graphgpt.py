@@ -18,7 +18,8 @@ Public API:
 - :class:`GraphTokenizer` (vocabulary, ``encode``/``decode``/``batch``, ``save_pretrained``/``from_pretrained``);
 - :class:`GraphGPTModel` (pure-torch Llama block: RMSNorm, RoPE, SwiGLU; ``backend="hf"`` runs a
   ``transformers.LlamaModel`` instead, see :mod:`icml25.generative_models.graphgpt_hf`);
-- :func:`smtp_mask`, :func:`smtp_loss`, :func:`ntp_loss`, :func:`pretrain`;
+- :func:`smtp_mask`, :func:`smtp_loss` (reduced by :func:`smtp_reduce`), :func:`ntp_loss`, :func:`pretrain`
+  (optimiser and schedule: :func:`pretrain_optimizer`, :func:`warmup_decay_factor`);
 - :class:`GraphGPTClassifier` (scikit-learn style ``pretrain`` / ``fit`` / ``predict`` / ``predict_proba``
   for ``task="graph" | "node" | "edge"``).
 
@@ -53,9 +54,12 @@ __all__ = [
     "graph_to_sequence",
     "ntp_loss",
     "pretrain",
+    "pretrain_optimizer",
     "sequence_to_graph",
     "smtp_loss",
     "smtp_mask",
+    "smtp_reduce",
+    "warmup_decay_factor",
 ]
 
 PAD, MASK, BOS, EOS, JUMP, EDGE = "<pad>", "<mask>", "<bos>", "<eos>", "<jump>", "<edge_bi>"
@@ -837,6 +841,59 @@ def smtp_mask(
     return inputs, labels, (power / u).float()
 
 
+def smtp_reduce(
+    token_loss: torch.Tensor,
+    selected: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    *,
+    normalize: Literal["masked", "length"] = "masked",
+    pad_to_multiple_of: int = 1,
+) -> torch.Tensor:
+    """Reduce per-token SMTP losses to a scalar.
+
+    ``token_loss`` and ``selected`` are ``(B, L)``: the cross-entropy at every position and which positions
+    were corrupted (the loss counts only those). ``weight`` ``(B,)`` multiplies each row's token losses (the
+    discrete-diffusion weight ``power / u`` of :func:`smtp_mask`; None: 1). ``normalize="masked"`` divides
+    the sum by the number of selected tokens (the masked-token mean; with unit weights the plain mean);
+    ``"length"`` divides by ``B * L'``, every position of the padded batch, with ``L`` rounded up to a
+    multiple of ``pad_to_multiple_of`` (the official ``dlm_wgt`` loss: ``_get_dlm_ce_loss(...) / (bz * seq)``
+    in ``modeling_pretrain.py``, where the collator pads ``seq`` to a multiple of 8; padding positions carry
+    no loss and are masked from attention, so only the denominator needs the padded length).
+    """
+    if not isinstance(token_loss, torch.Tensor) or token_loss.dim() != 2:
+        raise ValueError(
+            f"token_loss must be a (B, L) tensor, got shape {tuple(getattr(token_loss, 'shape', ()))}"
+        )
+    if (
+        not isinstance(selected, torch.Tensor)
+        or selected.shape != token_loss.shape
+        or selected.dtype != torch.bool
+    ):
+        raise ValueError(
+            f"selected must be a bool tensor of shape {tuple(token_loss.shape)}, got "
+            f"{getattr(selected, 'dtype', type(selected))} {tuple(getattr(selected, 'shape', ()))}"
+        )
+    if weight is not None and (not isinstance(weight, torch.Tensor) or weight.shape != token_loss.shape[:1]):
+        raise ValueError(
+            f"weight must be None or a tensor of shape ({token_loss.shape[0]},), got "
+            f"{tuple(getattr(weight, 'shape', ())) if isinstance(weight, torch.Tensor) else type(weight).__name__}"
+        )
+    if normalize not in ("masked", "length"):
+        raise ValueError(f"normalize must be 'masked' or 'length', got {normalize!r}")
+    if (
+        isinstance(pad_to_multiple_of, bool)
+        or not isinstance(pad_to_multiple_of, int)
+        or pad_to_multiple_of < 1
+    ):
+        raise ValueError(f"pad_to_multiple_of must be an int >= 1, got {pad_to_multiple_of!r}")
+    tok = token_loss if weight is None else token_loss * weight[:, None].to(token_loss.dtype)
+    total = tok[selected].sum()
+    if normalize == "length":
+        B, L = token_loss.shape
+        return total / (B * (-(-L // pad_to_multiple_of) * pad_to_multiple_of))
+    return total / selected.sum().clamp(min=1)
+
+
 def smtp_loss(
     model: GraphGPTModel,
     ids: torch.Tensor,
@@ -845,20 +902,29 @@ def smtp_loss(
     *,
     maskable: torch.Tensor | None = None,
     dlm_weight: bool = False,
+    normalize: Literal["masked", "length"] = "masked",
+    pad_to_multiple_of: int = 1,
     generator: torch.Generator | None = None,
     **mask_kwargs: Any,
 ) -> torch.Tensor:
-    """SMTP loss: cross-entropy on the positions :func:`smtp_mask` corrupts (mean over masked tokens; with
-    ``dlm_weight`` each row's token losses are weighted by ``power / u``). ``maskable`` defaults to the
-    non-padding positions."""
+    """SMTP loss: cross-entropy on the positions :func:`smtp_mask` corrupts, reduced by :func:`smtp_reduce`.
+
+    Default: the mean over masked tokens. ``dlm_weight`` weights each row's token losses by ``power / u``;
+    ``normalize="length"`` divides the (weighted) sum by batch x padded length instead of the number of
+    masked tokens (the length rounded up to a multiple of ``pad_to_multiple_of``). The official default
+    (``dlm_wgt: true``) is ``dlm_weight=True, normalize="length", pad_to_multiple_of=8``.
+    ``maskable`` defaults to the non-padding positions."""
     m = attention_mask.bool() if maskable is None else maskable
     inputs, labels, w = smtp_mask(ids, mask_id, maskable=m, generator=generator, **mask_kwargs)
     logits = model.logits(model(inputs, attention_mask))
     tok = F.cross_entropy(logits.transpose(1, 2), labels, ignore_index=-100, reduction="none")
-    sel = labels != -100
-    if dlm_weight:
-        tok = tok * w[:, None]
-    return tok[sel].sum() / sel.sum()
+    return smtp_reduce(
+        tok,
+        labels != -100,
+        w if dlm_weight else None,
+        normalize=normalize,
+        pad_to_multiple_of=pad_to_multiple_of,
+    )
 
 
 def ntp_loss(model: GraphGPTModel, ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -882,6 +948,68 @@ def _check_graph_list(graphs: Any, name: str = "graphs") -> list[nx.Graph]:
     return list(graphs)
 
 
+def warmup_decay_factor(
+    step: int, steps: int, warmup: int, warmup_type: Literal["log", "linear"] = "log"
+) -> float:
+    """Learning-rate factor of optimiser step ``step`` (0-based) under DeepSpeed's ``WarmupDecayLR`` with
+    ``warmup_min_lr = 0`` (the official pre-training schedule: ``examples/ds_config2_pt.json``, DeepSpeed
+    0.15.4 pinned in ``requirements.txt``).
+
+    DeepSpeed sets the rate of the first step to the minimum (0) and steps the scheduler after every
+    optimiser step, so step ``k`` runs at ``gamma(k - 1)`` with ``W = max(2, warmup)``: ``gamma(i) =
+    log(i + 1) / log(W)`` (``"log"``, DeepSpeed's default ``warmup_type``, which the official config does not
+    set) or ``i / W`` (``"linear"``) for ``i < W``, then ``max(0, (steps - i) / max(1, steps - W))``, a
+    linear decay that reaches ``2 / (steps - W)`` at the last step ``steps - 1``."""
+    i = step - 1
+    if i < 0:
+        return 0.0
+    w = max(2, warmup)
+    if i < w:
+        return math.log(i + 1) / math.log(w) if warmup_type == "log" else i / w
+    return max(0.0, (steps - i) / max(1, steps - w))
+
+
+def pretrain_optimizer(
+    model: nn.Module,
+    steps: int,
+    *,
+    lr: float = 1e-3,
+    weight_decay: float = 0.1,
+    eps: float = 1e-8,
+    schedule: Literal["constant", "warmup_decay"] = "constant",
+    warmup: int = 0,
+    warmup_type: Literal["log", "linear"] = "log",
+) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
+    """AdamW (betas (0.9, 0.95)) and a per-step ``LambdaLR`` for ``steps`` pre-training steps.
+
+    ``schedule="constant"``: a linear warm-up ``min(1, (k + 1) / warmup)`` then constant (ours; no warm-up
+    with ``warmup=0``). ``"warmup_decay"``: the official DeepSpeed ``WarmupDecayLR`` (see
+    :func:`warmup_decay_factor`) over the horizon ``steps``. The official optimiser is AdamW with ``eps=1e-6``
+    (``configs/training/base.yaml``); the default ``1e-8`` is PyTorch's. Pass the pair to :func:`pretrain`'s
+    ``optimizer`` to continue one schedule over several calls."""
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be an int >= 1, got {steps!r}")
+    for name, v in (("lr", lr), ("eps", eps)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"warmup must be an int >= 0, got {warmup!r}")
+    if schedule not in ("constant", "warmup_decay"):
+        raise ValueError(f"schedule must be 'constant' or 'warmup_decay', got {schedule!r}")
+    if warmup_type not in ("log", "linear"):
+        raise ValueError(f"warmup_type must be 'log' or 'linear', got {warmup_type!r}")
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), eps=eps, weight_decay=weight_decay)
+    if schedule == "warmup_decay":
+        sched = torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda k: warmup_decay_factor(k, steps, warmup, warmup_type)
+        )
+    else:
+        sched = torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda k: min(1.0, (k + 1) / warmup) if warmup else 1.0
+        )
+    return opt, sched
+
+
 def pretrain(
     model: GraphGPTModel,
     tokenizer: GraphTokenizer,
@@ -893,13 +1021,23 @@ def pretrain(
     lr: float = 1e-3,
     weight_decay: float = 0.1,
     warmup: int = 0,
+    eps: float = 1e-8,
+    schedule: Literal["constant", "warmup_decay"] = "constant",
+    warmup_type: Literal["log", "linear"] = "log",
+    optimizer: tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler] | None = None,
     seed: int = 0,
     views: int | None = None,
     **mask_kwargs: Any,
 ) -> list[float]:
-    """Self-supervised pre-training on serialized ``graphs`` (AdamW, betas (0.9, 0.95), grad-norm 1, linear
-    warm-up then constant); returns the per-step losses. Every sampled graph is serialized afresh (a new walk
-    and re-indexing) unless ``views`` caps the number of distinct serializations per graph (precomputed)."""
+    """Self-supervised pre-training on serialized ``graphs``; returns the per-step losses.
+
+    Optimiser: :func:`pretrain_optimizer` (AdamW betas (0.9, 0.95), ``eps``, ``weight_decay``, grad-norm 1;
+    ``schedule`` "constant" after an optional linear ``warmup``, or the official "warmup_decay") built
+    for ``steps``, unless ``optimizer`` passes an ``(optimizer, scheduler)`` pair to continue (then ``lr``,
+    ``eps``, ``weight_decay`` and the schedule arguments are the pair's). Every sampled graph is serialized
+    afresh (a new walk and re-indexing) unless ``views`` caps the number of distinct serializations per graph
+    (precomputed). ``mask_kwargs`` go to :func:`smtp_loss` (e.g. ``dlm_weight=True, normalize="length",
+    pad_to_multiple_of=8``: the official loss)."""
     graphs = _check_graph_list(graphs)
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
         raise ValueError(f"steps must be an int >= 0, got {steps!r}")
@@ -916,8 +1054,29 @@ def pretrain(
     cache: dict[tuple[int, int], list[int]] = {}
     if views is not None and (isinstance(views, bool) or not isinstance(views, int) or views < 1):
         raise ValueError(f"views must be an int >= 1 or None, got {views!r}")
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0)
+    if optimizer is None:
+        opt, sched = pretrain_optimizer(
+            model,
+            max(1, steps),
+            lr=lr,
+            weight_decay=weight_decay,
+            eps=eps,
+            schedule=schedule,
+            warmup=warmup,
+            warmup_type=warmup_type,
+        )
+    elif (
+        not isinstance(optimizer, tuple)
+        or len(optimizer) != 2
+        or not isinstance(optimizer[0], torch.optim.Optimizer)
+        or not isinstance(optimizer[1], torch.optim.lr_scheduler.LRScheduler)
+    ):
+        raise TypeError(
+            f"optimizer must be None or an (Optimizer, LRScheduler) pair (pretrain_optimizer), got "
+            f"{type(optimizer).__name__}"
+        )
+    else:
+        opt, sched = optimizer
     special = torch.tensor([tokenizer.token_to_id[t] for t in (PAD, BOS, EOS)])
     losses = []
     model.train()
