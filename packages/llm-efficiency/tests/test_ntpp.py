@@ -449,6 +449,9 @@ def test_evaluation_runs_one_teacher_forced_pass_per_arm():
 
 # ------------------------------------------------------------------------------------------ the reproduction
 def test_quick_reproduction_passes():
+    # the full run gates the official NTPP form; the quick one our earlier form (QUICK's measured reason)
+    assert (experiment.FULL.channel_embedding, experiment.FULL.positions) == ("qk", "token")
+    assert (experiment.QUICK.channel_embedding, experiment.QUICK.positions) == ("input", "frame")
     report = experiment.run(quick=True, seed=0)
     assert report.passed, report
     m = report.metrics
