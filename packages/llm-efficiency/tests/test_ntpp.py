@@ -466,7 +466,7 @@ def test_quick_gate_fails_without_pair_structure():
 
 @pytest.mark.slow
 def test_full_reproduction_is_the_recorded_known_miss():
-    """The plan's full setting (about 40 min on the loaded 2-core machine): the onset window [-2, +3] is
+    """The plan's full setting (26-68 min on the loaded 2-core machine): the onset window [-2, +3] is
     missed by every arm (greedy decoding waits out the gaps of up to 6 frames) and the per-token content
     rule is not learnt in 800 steps; NTPP still matches the flattened baseline and the deaf control holds."""
     report = experiment.run(quick=False, seed=0)
