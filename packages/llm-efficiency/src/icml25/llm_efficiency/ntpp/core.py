@@ -1,10 +1,12 @@
 """NTPP: Next-Token-Pair Prediction — ICML 2025, P24: interleaving, pair-causal mask, pair loss, statistics.
 
 Wang et al., "NTPP: Generative Speech Language Modeling for Dual-Channel Spoken Dialogue via Next-Token-Pair
-Prediction", ICML 2025 (arXiv 2506.00975; no official code was found). The pieces that need only torch:
+Prediction", ICML 2025 (arXiv 2506.00975; official code: github.com/Chaos96/NTPP). The pieces that need
+only torch:
 
 * :func:`interleave_pairs` / :func:`deinterleave_pairs`: ``(a, b)`` frame streams ↔ the token sequence
-  ``a_0 b_0 a_1 b_1 …`` with frame position ids (both tokens of frame ``t`` get position ``t``);
+  ``a_0 b_0 a_1 b_1 …`` with position ids that count tokens (``0 … 2T−1``, the official code's) or frames
+  (both tokens of frame ``t`` at ``t``, ours);
 * :func:`pair_causal_mask`: the ``(2T, 2T)`` additive mask in which a token sees every token of an earlier
   frame and itself, never its same-frame partner (``cross_channel=False``: only its own channel);
 * :func:`ntpp_loss`: the pair loss ``-Σ_t [log p(a_t | h_<t) + log p(b_t | h_<t)]`` averaged over the
@@ -23,6 +25,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from icml25.kernels.checks import check_choice, check_float, check_int, check_tensor
 from icml25.kernels.rng import make_generator
 
 __all__ = [
@@ -37,18 +40,22 @@ __all__ = [
 
 _INT_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 
+POSITION_LAYOUTS = ("token", "frame")
+"""Position ids of the interleaved sequence: ``"token"`` counts tokens, ``0, 1, …, 2T − 1`` (the official
+code's default positions, ``dual_llama.py:1128``); ``"frame"`` counts frames, both tokens of frame ``t`` at
+``t`` (ours before the official code was read: the two tokens of a frame are simultaneous)."""
+
+
+def slot_positions(slots: torch.Tensor, positions: str) -> torch.Tensor:
+    """Position ids of the interleaved slots ``slots`` (token indices, ``2t`` = ``a_t``, ``2t + 1`` = ``b_t``)
+    under the layout ``positions`` (``"token"`` or ``"frame"``, ``POSITION_LAYOUTS``)."""
+    return slots if positions == "token" else slots // 2
+
 
 # ------------------------------------------------------------------------------------------ validation
-def _check_int(v: object, name: str, minimum: int = 0) -> int:
-    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {type(v).__name__}")
-    if int(v) < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {v}")
-    return int(v)
-
-
-def _check_stream(x: object, name: str, vocab_size: int | None = None, min_len: int = 1) -> torch.Tensor:
-    """A ``(B, T)`` integer tensor of non-negative token ids (``< vocab_size`` when given)."""
+# Token-stream validators, shared by this module and the transformers integration (hf.py).
+def check_token_stream(x: object, name: str, vocab_size: int | None = None, min_len: int = 1) -> torch.Tensor:
+    """A ``(B, T)`` integer tensor of non-negative token ids (``< vocab_size`` when given), as int64."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(
             f"{name} must be a torch.Tensor of token ids of shape (batch, T), got {type(x).__name__}"
@@ -68,11 +75,12 @@ def _check_stream(x: object, name: str, vocab_size: int | None = None, min_len: 
     return x.long()
 
 
-def _check_pair(
+def check_token_pair(
     a: object, b: object, vocab_size: int | None = None, min_len: int = 1
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    a = _check_stream(a, "a", vocab_size, min_len)
-    b = _check_stream(b, "b", vocab_size, min_len)
+    """Two aligned streams ``a, b`` of the same shape (:func:`check_token_stream` each)."""
+    a = check_token_stream(a, "a", vocab_size, min_len)
+    b = check_token_stream(b, "b", vocab_size, min_len)
     if a.shape != b.shape:
         raise ValueError(
             f"a and b must have the same shape (batch, T) (aligned frames; pad the shorter stream with an "
@@ -82,21 +90,26 @@ def _check_pair(
 
 
 # ------------------------------------------------------------------------------------------ layout
-def interleave_pairs(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Interleave two aligned streams into one token sequence with frame position ids.
+def interleave_pairs(
+    a: torch.Tensor, b: torch.Tensor, positions: str = "token"
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Interleave two aligned streams into one token sequence with its position and channel ids.
 
     Args:
         a, b: ``(B, T)`` token ids of channel a and channel b (frame ``t`` of both is one pair).
+        positions: ``"token"`` (the official code's default): ``position_ids = 0, 1, …, 2T − 1``;
+            ``"frame"`` (ours before): ``position_ids[:, 2t] = position_ids[:, 2t+1] = t``.
 
     Returns:
-        ``(ids, position_ids, channel_ids)``, each ``(B, 2T)`` int64: ``ids = a_0 b_0 a_1 b_1 …``,
-        ``position_ids[:, 2t] = position_ids[:, 2t+1] = t`` (positions count frames, not tokens) and
-        ``channel_ids`` 0 at the a slots, 1 at the b slots.
+        ``(ids, position_ids, channel_ids)``, each ``(B, 2T)`` int64: ``ids = a_0 b_0 a_1 b_1 …``, the
+        position ids of ``positions`` and ``channel_ids`` 0 at the a slots, 1 at the b slots (the token's
+        parity, as the official channel embedding reads it).
     """
-    a, b = _check_pair(a, b)
+    a, b = check_token_pair(a, b)
+    check_choice(positions, "positions", POSITION_LAYOUTS)
     B, T = a.shape
     ids = torch.stack([a, b], dim=2).reshape(B, 2 * T)
-    pos = torch.arange(T, device=a.device).repeat_interleave(2).expand(B, 2 * T).clone()
+    pos = slot_positions(torch.arange(2 * T, device=a.device), positions).expand(B, 2 * T).clone()
     chan = torch.tensor([0, 1], device=a.device).repeat(T).expand(B, 2 * T).clone()
     return ids, pos, chan
 
@@ -136,7 +149,7 @@ def pair_causal_mask(
         ``(2T, 2T)``: 0 where allowed and ``torch.finfo(dtype).min`` where blocked (a float dtype, additive
         mask; add ``[None, None]`` for the ``(B, 1, q, k)`` form transformers takes), or bool ``allowed``.
     """
-    T = _check_int(T, "T", minimum=1)
+    T = check_int(T, "T", low=1)
     if not isinstance(dtype, torch.dtype) or not (dtype.is_floating_point or dtype == torch.bool):
         raise TypeError(f"dtype must be a floating-point torch.dtype or torch.bool, got {dtype!r}")
     if not isinstance(cross_channel, bool):
@@ -152,23 +165,6 @@ def pair_causal_mask(
 
 
 # ------------------------------------------------------------------------------------------ loss
-def _check_logits(x: object, name: str, shape: tuple[int, int]) -> torch.Tensor:
-    if not isinstance(x, torch.Tensor) or not x.is_floating_point():
-        raise TypeError(
-            f"{name} must be a floating-point (B, T, V) tensor, got {getattr(x, 'dtype', type(x).__name__)}"
-        )
-    if x.dim() != 3 or tuple(x.shape[:2]) != shape or x.shape[-1] == 0:
-        raise ValueError(
-            f"{name} must have shape (B, T, V) = {shape} + (V,) with V >= 1, got {tuple(x.shape)}"
-        )
-    if not bool(torch.isfinite(x).all()):
-        raise ValueError(
-            f"{name} must be finite; got {int(torch.isnan(x).sum())} NaN and {int(torch.isinf(x).sum())} Inf "
-            f"values in a tensor of shape {tuple(x.shape)}"
-        )
-    return x
-
-
 def ntpp_loss(
     logits_a: torch.Tensor,
     logits_b: torch.Tensor,
@@ -187,17 +183,17 @@ def ntpp_loss(
     Returns:
         scalar ``(Σ CE_a + Σ CE_b) / (n_a + n_b)`` over the valid targets of both channels.
     """
-    a, b = _check_pair(a, b, min_len=2)
-    shape = tuple(a.shape)
-    la = _check_logits(logits_a, "logits_a", shape)
-    lb = _check_logits(logits_b, "logits_b", shape)
+    a, b = check_token_pair(a, b, min_len=2)
+    shape = (*a.shape, None)  # (B, T, V)
+    la = check_tensor(logits_a, "logits_a", shape=shape, non_empty=True)
+    lb = check_tensor(logits_b, "logits_b", shape=shape, non_empty=True)
     if la.shape != lb.shape:
         raise ValueError(
             f"logits_a and logits_b must have the same shape, got {tuple(la.shape)} and {tuple(lb.shape)}"
         )
     V = la.shape[-1]
     if pad_id is not None:
-        pad_id = _check_int(pad_id, "pad_id")
+        pad_id = check_int(pad_id, "pad_id", low=0)
     for name, x in (("a", a), ("b", b)):
         bad = (x >= V) & (x != (pad_id if pad_id is not None else -1))
         if bool(bad.any()):
@@ -234,11 +230,10 @@ def swap_channels(
     Returns:
         ``(a', b', swapped)``: new ``(B, T)`` tensors and the ``(B,)`` bool tensor of swapped rows.
     """
-    a, b = _check_pair(a, b)
-    if isinstance(p, bool) or not isinstance(p, numbers.Real) or not (0.0 <= float(p) <= 1.0):
-        raise ValueError(f"p must be a probability in [0, 1], got {p!r}")
+    a, b = check_token_pair(a, b)
+    p = check_float(p, "p", low=0.0, high=1.0)
     gen = make_generator(seed, generator)
-    swapped = (torch.rand(a.shape[0], generator=gen) < float(p)).to(a.device)
+    swapped = (torch.rand(a.shape[0], generator=gen) < p).to(a.device)
     m = swapped[:, None]
     return torch.where(m, b, a), torch.where(m, a, b), swapped
 
@@ -253,8 +248,8 @@ class DualChannelCollator:
     """
 
     def __init__(self, pad_id: int, max_frames: int | None = None) -> None:
-        self.pad_id = _check_int(pad_id, "pad_id")
-        self.max_frames = None if max_frames is None else _check_int(max_frames, "max_frames", minimum=1)
+        self.pad_id = check_int(pad_id, "pad_id", low=0)
+        self.max_frames = None if max_frames is None else check_int(max_frames, "max_frames", low=1)
 
     @staticmethod
     def _row(v: Any, name: str) -> list[int]:
@@ -342,8 +337,8 @@ def turn_taking_stats(a: torch.Tensor, b: torch.Tensor, silence_id: int) -> dict
         a = a[None]
     if isinstance(b, torch.Tensor) and b.dim() == 1:
         b = b[None]
-    a, b = _check_pair(a, b)
-    sil = _check_int(silence_id, "silence_id")
+    a, b = check_token_pair(a, b)
+    sil = check_int(silence_id, "silence_id", low=0)
     sa, sb = (a != sil).cpu(), (b != sil).cpu()
     durs: dict[str, list[int]] = {"ipu": [], "pause": [], "gap": [], "overlap": []}
     for ra, rb in zip(sa.tolist(), sb.tolist()):
