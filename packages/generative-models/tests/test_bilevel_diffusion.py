@@ -217,6 +217,22 @@ def test_target_guidance_matches_its_target_reward_not_the_tilt() -> None:
         GuidedSDESampler(gmm.score, SCHED, 2, 50, "target", kl="norm")
 
 
+def test_target_arm_of_the_full_run_reports_the_official_sampler() -> None:
+    """The full run's reported arm, shrunk: at λ* the official sampler's mean lower reward sits at y* = 0,
+    far from the tilt's (1.52); λ̂ stays within the floor and λ₀."""
+    import dataclasses
+
+    gmm, r2, r1 = exp.toy()
+    small = dataclasses.replace(exp.FULL, target_iters=5, target_samples=32, sde_steps=20)
+    out = exp._target_part(small, 0, 1.0, gmm, r2, r1, 0.639)
+    assert abs(out["target_r2_mean_at_lam_star"]) < 0.3 < 1.5 < out["tilt_r2_mean_at_lam_star"]
+    for prefix in ("target", "target_est2"):
+        assert small.target_lam_min <= out[f"{prefix}_bilevel_lam_hat"] <= small.lam0 * math.e**5
+        assert out[f"{prefix}_bias_dlog"] == pytest.approx(
+            abs(math.log(out[f"{prefix}_bilevel_lam_hat"] / 0.639))
+        )
+
+
 def test_guidance_norm_kl_is_the_official_est2_proxy() -> None:
     """est2: the mean over steps of the unsquared norm of the guidance before its strength; for naive
     guidance of a linear reward that is ‖a‖ at every step."""
