@@ -1,0 +1,177 @@
+"""Explicit sharing (CONTRIBUTING.md, "sharing between papers"; issue 82), checked on the source tree's AST.
+
+Three rules:
+
+1. no module imports another module's ``_private`` name (a shared helper is public, in a module named for
+   what it is, or in ``icml25.kernels``);
+2. no paper's library module imports another paper's library module;
+3. an experiment imports only its own paper's modules, common modules and ``icml25.kernels``.
+
+A module belongs to the paper whose catalog ``module`` is its longest dotted prefix (``flex3d_hf`` belongs to
+``flex3d``'s paper: the suffix after an underscore counts too); a module no paper claims is common. An
+experiment belongs to the paper whose ``entry_point`` it is.
+
+The crossings that existed when the rule was written are listed in ``KNOWN``: each moves out with its
+papers' re-records (the move stales their ledger entries). The test fails on a crossing not in the list, naming
+it, and on a listed crossing that no longer exists, so the list only shrinks.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import catalog
+from conftest import ROOT
+
+SOURCES = sorted(
+    [*ROOT.glob("packages/*/src/icml25/**/*.py"), *ROOT.glob("shared-kernels/src/icml25/**/*.py")]
+)
+
+KNOWN = frozenset(
+    {
+        # rule 1: another module's private name
+        "private: icml25.federated.training imports _dp_sgd_step from icml25.federated.dp",
+        "private: icml25.generative_models.bilevel imports _check_float from icml25.generative_models.density_guidance",
+        "private: icml25.generative_models.bilevel imports _check_int from icml25.generative_models.density_guidance",
+        "private: icml25.generative_models.bilevel imports _check_x from icml25.generative_models.density_guidance",
+        "private: icml25.generative_models.coupling_flow imports _check_positive_int from icml25.generative_models.tarflow",
+        "private: icml25.generative_models.experiments.npiseg3d imports _knn from icml25.generative_models.npiseg3d",
+        "private: icml25.generative_models.experiments.npiseg3d imports _simulate from icml25.generative_models.npiseg3d",
+        "private: icml25.generative_models.forecasting.baselines imports _check_float from icml25.generative_models.forecasting.k2vae",
+        "private: icml25.generative_models.forecasting.baselines imports _check_int from icml25.generative_models.forecasting.k2vae",
+        "private: icml25.generative_models.forecasting.forecaster imports _check_float from icml25.generative_models.forecasting.k2vae",
+        "private: icml25.generative_models.forecasting.forecaster imports _check_int from icml25.generative_models.forecasting.k2vae",
+        "private: icml25.generative_models.mvot_hf imports _tensor from icml25.generative_models.mvot",
+        "private: icml25.generative_models.vct imports _check_float from icml25.generative_models.density_guidance",
+        "private: icml25.generative_models.vct imports _check_int from icml25.generative_models.density_guidance",
+        "private: icml25.generative_models.vct imports _check_x from icml25.generative_models.density_guidance",
+        "private: icml25.interpretability.sae.matryoshka_k imports _check_int from icml25.interpretability.sae.base",
+        "private: icml25.llm_efficiency.moe_scaling.hf imports _pos_int from icml25.llm_efficiency.moe_scaling.tiny",
+        "private: icml25.llm_efficiency.ntpp.hf imports _check_int from icml25.llm_efficiency.ntpp.core",
+        "private: icml25.llm_efficiency.ntpp.hf imports _check_pair from icml25.llm_efficiency.ntpp.core",
+        "private: icml25.llm_efficiency.ntpp.hf imports _check_stream from icml25.llm_efficiency.ntpp.core",
+        "private: icml25.llm_efficiency.pencil.generation imports _as_index_array from icml25.llm_efficiency.pencil.reduction",
+        "private: icml25.llm_efficiency.pencil.generation imports _check_tok from icml25.llm_efficiency.pencil.reduction",
+        "private: icml25.llm_efficiency.pencil.generation imports _locate from icml25.llm_efficiency.pencil.reduction",
+        "private: icml25.llm_efficiency.pencil.hf imports _check_tok from icml25.llm_efficiency.pencil.reduction",
+        "private: icml25.llm_efficiency.pencil.hf imports _locate from icml25.llm_efficiency.pencil.reduction",
+        "private: icml25.llm_efficiency.rapid.decoding imports _check_alpha from icml25.llm_efficiency.rapid.sampling",
+        "private: icml25.llm_efficiency.rapid.decoding imports _check_eta from icml25.llm_efficiency.rapid.sampling",
+        "private: icml25.llm_efficiency.rapid.decoding imports _sample from icml25.llm_efficiency.rapid.sampling",
+        "private: icml25.llm_efficiency.slws.vim imports _check_rate from icml25.llm_efficiency.slws.shuffle",
+        # rules 2 and 3: another paper's module
+        "paper: icml25.federated.fedgo (P10) imports icml25.federated.fedceo (P50)",
+        "paper: icml25.generative_models.bilevel (P30) imports icml25.generative_models.density_guidance (P49)",
+        "paper: icml25.generative_models.experiments.bilevel_diffusion (P30) imports icml25.generative_models.density_guidance (P49)",
+        "paper: icml25.generative_models.experiments.density_guidance (P49) imports icml25.generative_models.experiments.tarflow (P33)",
+        "paper: icml25.generative_models.experiments.urae (P28) imports icml25.generative_models.bilevel (P30)",
+        "paper: icml25.generative_models.experiments.vct (P37) imports icml25.generative_models.bilevel (P30)",
+        "paper: icml25.generative_models.experiments.vimts (P35) imports icml25.generative_models.forecasting.visionts (P25)",
+        "paper: icml25.generative_models.vct (P37) imports icml25.generative_models.density_guidance (P49)",
+        "paper: icml25.interpretability.experiments.gridtom (P42) imports icml25.interpretability.icl_heads (P51)",
+        "paper: icml25.interpretability.experiments.saeuron (P19) imports icml25.interpretability.sae (P22)",
+        "paper: icml25.interpretability.gridtom (P42) imports icml25.interpretability.icl_heads (P51)",
+        "paper: icml25.interpretability.saeuron (P19) imports icml25.interpretability.sae.base (P22)",
+        "paper: icml25.interpretability.saeuron (P19) imports icml25.interpretability.sae.training (P22)",
+        "paper: icml25.llm_efficiency.experiments.pencil (P11) imports icml25.llm_efficiency.meap (P04)",
+        "paper: icml25.llm_efficiency.experiments.pencil (P11) imports icml25.llm_efficiency.moe_scaling (P09)",
+        "paper: icml25.llm_efficiency.lara.retrieval (P38) imports icml25.llm_efficiency.rapid.retrieval (P03)",
+        "paper: icml25.llm_efficiency.ntpp.hf (P24) imports icml25.llm_efficiency.pencil.generation (P11)",
+    }
+)
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.with_suffix("").parts)
+    parts = parts[parts.index("icml25") :]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _owners() -> tuple[dict[str, str], dict[str, str]]:
+    """(library module prefix -> paper id, experiment module -> paper id) of the implemented papers."""
+    papers = [p for p in catalog.load() if p.status == "implemented"]
+    return {p.module: p.id for p in papers}, {p.entry_point: p.id for p in papers}
+
+
+def paper_of(module: str, libraries: dict[str, str], experiments: dict[str, str]) -> str | None:
+    """The paper a module belongs to (its experiment, else the longest catalog-module prefix), or None."""
+    if module in experiments:
+        return experiments[module]
+    best = None
+    for prefix in libraries:
+        if module == prefix or module.startswith((prefix + ".", prefix + "_")):
+            best = prefix if best is None or len(prefix) > len(best) else best
+    return libraries[best] if best else None
+
+
+def _imports(path: Path, module: str) -> list[tuple[str, list[str]]]:
+    """(absolute icml25 module, imported names) of each ``from ... import ...`` in ``path``."""
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level:
+            base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+            target = ".".join(base + ([node.module] if node.module else []))
+        else:
+            target = node.module or ""
+        if target.split(".")[0] == "icml25":
+            found.append((target, [alias.name for alias in node.names]))
+    return found
+
+
+def crossings() -> set[str]:
+    """Every violation of the three rules in the source tree, one line each."""
+    libraries, experiments = _owners()
+    modules = {_module_name(p): p for p in SOURCES}
+    out: set[str] = set()
+    for module, path in modules.items():
+        mine = paper_of(module, libraries, experiments)
+        for target, names in _imports(path, module):
+            for name in names:
+                if name.startswith("_") and not name.startswith("__") and target != module:
+                    out.add(f"private: {module} imports {name} from {target}")
+            if path.name == "__init__.py" or mine is None:
+                continue  # area namespaces re-export; common modules may import any paper's public names
+            theirs = {paper_of(target, libraries, experiments)}
+            theirs |= {
+                paper_of(f"{target}.{n}", libraries, experiments) for n in names if f"{target}.{n}" in modules
+            }
+            theirs.discard(None)
+            if theirs and mine not in theirs:
+                out.add(f"paper: {module} ({mine}) imports {target} ({'/'.join(sorted(theirs))})")
+    return out
+
+
+def test_the_ownership_rule_on_examples() -> None:
+    libraries, experiments = _owners()
+    assert paper_of("icml25.generative_models.flex3d_hf", libraries, experiments) == "P16"
+    assert paper_of("icml25.generative_models.forecasting.visionts", libraries, experiments) == "P25"
+    assert paper_of("icml25.generative_models.forecasting.k2vae", libraries, experiments) == "P06"
+    assert paper_of("icml25.interpretability.sae.base", libraries, experiments) == "P22"
+    assert paper_of("icml25.generative_models.experiments.vct", libraries, experiments) == "P37"
+    assert paper_of("icml25.federated.server", libraries, experiments) is None
+
+
+def test_the_scan_sees_a_private_import_and_a_paper_crossing(tmp_path: Path, monkeypatch) -> None:
+    """The scan itself: a scratch module that breaks both rules is reported, each by name."""
+    area = tmp_path / "src/icml25/interpretability"
+    area.mkdir(parents=True)
+    bad = area / "gridtom.py"
+    bad.write_text("from icml25.interpretability.dps import _private_helper\n")
+    monkeypatch.setattr(sys.modules[__name__], "SOURCES", [bad])
+    assert crossings() == {
+        "private: icml25.interpretability.gridtom imports _private_helper from icml25.interpretability.dps",
+        "paper: icml25.interpretability.gridtom (P42) imports icml25.interpretability.dps (P53)",
+    }
+
+
+def test_no_new_crossing_and_the_known_list_only_shrinks() -> None:
+    found = crossings()
+    new = sorted(found - KNOWN)
+    assert not new, "imports that cross a paper's boundary or take a private name:\n" + "\n".join(new)
+    gone = sorted(KNOWN - found)
+    assert not gone, "fixed, remove from KNOWN in tests/test_sharing.py:\n" + "\n".join(gone)
