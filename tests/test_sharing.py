@@ -33,9 +33,6 @@ KNOWN = frozenset(
     {
         # rule 1: another module's private name
         "private: icml25.federated.training imports _dp_sgd_step from icml25.federated.dp",
-        "private: icml25.generative_models.bilevel imports _check_float from icml25.generative_models.density_guidance",
-        "private: icml25.generative_models.bilevel imports _check_int from icml25.generative_models.density_guidance",
-        "private: icml25.generative_models.bilevel imports _check_x from icml25.generative_models.density_guidance",
         "private: icml25.generative_models.coupling_flow imports _check_positive_int from icml25.generative_models.tarflow",
         "private: icml25.generative_models.experiments.npiseg3d imports _knn from icml25.generative_models.npiseg3d",
         "private: icml25.generative_models.experiments.npiseg3d imports _simulate from icml25.generative_models.npiseg3d",
@@ -44,9 +41,6 @@ KNOWN = frozenset(
         "private: icml25.generative_models.forecasting.forecaster imports _check_float from icml25.generative_models.forecasting.k2vae",
         "private: icml25.generative_models.forecasting.forecaster imports _check_int from icml25.generative_models.forecasting.k2vae",
         "private: icml25.generative_models.mvot_hf imports _tensor from icml25.generative_models.mvot",
-        "private: icml25.generative_models.vct imports _check_float from icml25.generative_models.density_guidance",
-        "private: icml25.generative_models.vct imports _check_int from icml25.generative_models.density_guidance",
-        "private: icml25.generative_models.vct imports _check_x from icml25.generative_models.density_guidance",
         "private: icml25.interpretability.sae.matryoshka_k imports _check_int from icml25.interpretability.sae.base",
         "private: icml25.llm_efficiency.moe_scaling.hf imports _pos_int from icml25.llm_efficiency.moe_scaling.tiny",
         "private: icml25.llm_efficiency.ntpp.hf imports _check_int from icml25.llm_efficiency.ntpp.core",
@@ -63,13 +57,7 @@ KNOWN = frozenset(
         "private: icml25.llm_efficiency.slws.vim imports _check_rate from icml25.llm_efficiency.slws.shuffle",
         # rules 2 and 3: another paper's module
         "paper: icml25.federated.fedgo (P10) imports icml25.federated.fedceo (P50)",
-        "paper: icml25.generative_models.bilevel (P30) imports icml25.generative_models.density_guidance (P49)",
-        "paper: icml25.generative_models.experiments.bilevel_diffusion (P30) imports icml25.generative_models.density_guidance (P49)",
-        "paper: icml25.generative_models.experiments.density_guidance (P49) imports icml25.generative_models.experiments.tarflow (P33)",
-        "paper: icml25.generative_models.experiments.urae (P28) imports icml25.generative_models.bilevel (P30)",
-        "paper: icml25.generative_models.experiments.vct (P37) imports icml25.generative_models.bilevel (P30)",
         "paper: icml25.generative_models.experiments.vimts (P35) imports icml25.generative_models.forecasting.visionts (P25)",
-        "paper: icml25.generative_models.vct (P37) imports icml25.generative_models.density_guidance (P49)",
         "paper: icml25.interpretability.experiments.gridtom (P42) imports icml25.interpretability.icl_heads (P51)",
         "paper: icml25.interpretability.experiments.saeuron (P19) imports icml25.interpretability.sae (P22)",
         "paper: icml25.interpretability.gridtom (P42) imports icml25.interpretability.icl_heads (P51)",
