@@ -200,6 +200,47 @@ def test_exact_guidance_samples_the_tilt_and_naive_guidance_overshoots() -> None
     assert float((naive.mean(0) - mean_p) @ A) > 1.3 * shift_exact
 
 
+def test_target_guidance_matches_its_target_reward_not_the_tilt() -> None:
+    """The official target matching drives each sample's reward to y* (here ±1; the pre-trained mean is
+    -0.13), whatever the tilt at λ wants; its first round is unguided (the official zero linearisation)."""
+    gmm, r2, _ = exp.toy()
+    for y in (1.0, -1.0):
+        draw = GuidedSDESampler(gmm.score, SCHED, 2, 50, "target", target=y, rounds=2)(r2, 0.05, 256, seed=0)
+        assert float(r2(draw.x).mean()) == pytest.approx(y, abs=0.05)
+        assert float(r2(draw.x).std()) < 0.25  # pulled together around y*, not tilted
+    unguided = GuidedSDESampler(gmm.score, SCHED, 2, 50, "naive")(r2 * 0.0, 1.0, 64, seed=3).x
+    first = GuidedSDESampler(gmm.score, SCHED, 2, 50, "target", target=5.0, rounds=1)  # no linearisation yet
+    assert torch.equal(first(r2, 0.05, 64, seed=3).x, unguided)
+    with pytest.raises(ValueError, match="rounds must be an int >= 1, got 0"):
+        GuidedSDESampler(gmm.score, SCHED, 2, 50, "target", rounds=0)
+    with pytest.raises(ValueError, match="kl must be one of"):
+        GuidedSDESampler(gmm.score, SCHED, 2, 50, "target", kl="norm")
+
+
+def test_target_arm_of_the_full_run_reports_the_official_sampler() -> None:
+    """The full run's reported arm, shrunk: at λ* the official sampler's mean lower reward sits at y* = 0,
+    far from the tilt's (1.52); λ̂ stays within the floor and λ₀."""
+    import dataclasses
+
+    gmm, r2, r1 = exp.toy()
+    small = dataclasses.replace(exp.FULL, target_iters=5, target_samples=32, sde_steps=20)
+    out = exp._target_part(small, 0, 1.0, gmm, r2, r1, 0.639)
+    assert abs(out["target_r2_mean_at_lam_star"]) < 0.3 < 1.5 < out["tilt_r2_mean_at_lam_star"]
+    for prefix in ("target", "target_est2"):
+        assert small.target_lam_min <= out[f"{prefix}_bilevel_lam_hat"] <= small.lam0 * math.e**5
+        assert out[f"{prefix}_bias_dlog"] == pytest.approx(
+            abs(math.log(out[f"{prefix}_bilevel_lam_hat"] / 0.639))
+        )
+
+
+def test_guidance_norm_kl_is_the_official_est2_proxy() -> None:
+    """est2: the mean over steps of the unsquared norm of the guidance before its strength; for naive
+    guidance of a linear reward that is ‖a‖ at every step."""
+    r = QuadraticReward.linear(A)
+    draw = GuidedSDESampler(_gauss().score, SCHED, 2, 20, "naive", kl="guidance_norm")(r, 0.7, 16, seed=0)
+    assert float(draw.kl) == pytest.approx(float(A.norm()), rel=1e-12)
+
+
 # ---- outer loop, projection, zeroth order -----------------------------------------------------------
 
 

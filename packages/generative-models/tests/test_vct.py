@@ -296,7 +296,7 @@ def test_bad_inputs() -> None:
     bad = NoiseEncoder(ToyMLP(2, 8, 1))  # 2 output channels, not 4
     with pytest.raises(ValueError, match=r"encoder output must have shape \(N, 2\*C"):
         ImprovedConsistencyTraining(_model(), 10, "vae", bad).loss(X, 0)
-    with pytest.raises(ValueError, match="kl_scale must be >= 0"):
+    with pytest.raises(ValueError, match=r"kl_scale must be a finite float in \[0\.0, inf\), got -1\.0"):
         _trainer(kl_scale=-1.0)
     with pytest.raises(ValueError, match="sigma_min must be < sigma_max"):
         ConsistencyModel(ToyMLP(), "ve", sigma_min=1.0, sigma_max=0.5)

@@ -46,11 +46,13 @@ if TYPE_CHECKING:  # the name -> module map of the lazy namespace (icml25.kernel
         gibbs_tilt,
         gibbs_tilt_kl_is,
         girsanov_kl,
-        sliced_wasserstein,
         tilt_kl,
         upper_objective,
         zo_gradient,
     )
+    from icml25.generative_models.common.metrics import sliced_wasserstein
+    from icml25.generative_models.common.mixtures import GaussianMixture
+    from icml25.generative_models.common.schedules import EDMSchedule, VPSchedule, time_grid
     from icml25.generative_models.conformers import (
         ATOM_TYPES,
         EGNN,
@@ -92,11 +94,8 @@ if TYPE_CHECKING:  # the name -> module map of the lazy namespace (icml25.kernel
     from icml25.generative_models.coupling_flow import CouplingFlow
     from icml25.generative_models.density_guidance import (
         DriftTerms,
-        EDMSchedule,
-        GaussianMixture,
         SampleResult,
         ScoreMLP,
-        VPSchedule,
         denoiser_to_score,
         density_guidance_sample,
         density_guided_drift,
@@ -112,7 +111,6 @@ if TYPE_CHECKING:  # the name -> module map of the lazy namespace (icml25.kernel
         rescale_latents,
         score_alignment,
         stochastic_density_guidance_sample,
-        time_grid,
         train_score_model,
     )
     from icml25.generative_models.flex3d import (

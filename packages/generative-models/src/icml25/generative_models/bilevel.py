@@ -11,8 +11,9 @@ solution is the Gibbs tilt ``p_λ ∝ p_pre e^{r₂/λ}``; the upper level is ``
 ``V_γ(λ) = min_p [f(p)/γ + g(λ, p)] - min_p g(λ, p)`` has, by Danskin's theorem, the derivative
 ``dV_γ/dλ = KL(p_{λ,γ} ‖ p_pre) - KL(p_λ ‖ p_pre)`` with ``p_{λ,γ} ∝ p_pre e^{(r₂ + r₁/γ)/λ}``; and
 ``γ dV_γ/dλ = df/dλ + O(1/γ)``, ``df/dλ = Cov_{p_λ}(r₁, r₂)/λ²``. Both tilts are sampled without training
-(:class:`GuidedSDESampler`: a frozen score plus reward guidance, the KL by Girsanov's theorem
-``½ ∫ g(t)² E‖h_t‖² dt`` (:func:`girsanov_kl`); or :class:`ExactTiltSampler` on a Gaussian mixture), or the
+(:class:`GuidedSDESampler`: a frozen score plus reward guidance, exact (Doob), naive, or the official
+code's target matching, the KL by Girsanov's theorem ``½ ∫ g(t)² E‖h_t‖² dt`` (:func:`girsanov_kl`) or the
+official est2 proxy; or :class:`ExactTiltSampler` on a Gaussian mixture), or the
 KLs come from pre-trained samples by self-normalised importance sampling (:func:`gibbs_tilt_kl_is`).
 :class:`EntropyStrengthTuner` runs the outer loop (the reference's projected step, or a step in log λ).
 
@@ -22,7 +23,8 @@ denoising loss ``g`` and ``θ_z`` on ``f/γ + g`` (``f`` an upper metric of gene
 by two-point Gaussian smoothing, :func:`zo_gradient`) and moves the schedule along
 ``ZO∇_ψ f/γ + ∇_ψ g(ψ, θ_z) - ∇_ψ g(ψ, θ_y)``.
 
-*Exact oracle.* A Gaussian mixture tilted by a reward ``bᵀx - q‖x‖² + c₀`` (:class:`QuadraticReward`) is a
+*Exact oracle.* A Gaussian mixture (:class:`icml25.generative_models.common.mixtures.GaussianMixture`, shared
+with density guidance, as the VP schedule and :func:`sliced_wasserstein` are) tilted by a reward ``bᵀx - q‖x‖² + c₀`` (:class:`QuadraticReward`) is a
 Gaussian mixture again (:func:`gibbs_tilt`): its log-partition, KL (:func:`tilt_kl`) and the upper
 objective are closed form, and the exact guidance of every diffused marginal is the difference of two
 mixture scores. :class:`RewardGuidedDenoiser` wraps any ε-prediction network (a diffusers ``UNet2DModel``)
@@ -43,14 +45,10 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from icml25.generative_models.density_guidance import (
-    GaussianMixture,
-    VPSchedule,
-    _check_float,
-    _check_int,
-    _check_x,
-    time_grid,
-)
+from icml25.generative_models.common.metrics import sliced_wasserstein
+from icml25.generative_models.common.mixtures import GaussianMixture
+from icml25.generative_models.common.schedules import VPSchedule, time_grid
+from icml25.kernels.checks import check_choice, check_float, check_int, check_tensor
 from icml25.kernels.optim import Adam
 from icml25.kernels.rng import isolated_rng, make_generator
 
@@ -78,9 +76,10 @@ RewardFn = Callable[[Tensor], Tensor]
 
 
 # ---------------------------------------------------------------------------------------------- validation
+# Generic rules come from icml25.kernels.checks; this helper adds only what a reward's output must be.
 
 
-def _check_reward_out(r: object, x: Tensor, name: str) -> Tensor:
+def _reward_out(r: object, x: Tensor, name: str) -> Tensor:
     """A reward's output must be a finite ``(N,)`` tensor for ``x`` of shape ``(N, D)``."""
     if not isinstance(r, Tensor):
         raise TypeError(f"{name} must return a torch.Tensor of shape ({len(x)},), got {type(r).__name__}")
@@ -96,28 +95,6 @@ def _check_reward_out(r: object, x: Tensor, name: str) -> Tensor:
     return r
 
 
-def _check_vector(name: str, v: object, limit: float) -> Tensor:
-    """A finite, non-empty 1-D floating-point tensor with ``max |v| <= limit``."""
-    if not isinstance(v, Tensor) or v.dim() != 1:
-        got = tuple(v.shape) if isinstance(v, Tensor) else type(v).__name__
-        raise TypeError(f"{name} must be a 1-D torch.Tensor of shape (D,), got {got}")
-    v = _check_x(v.reshape(1, -1), name).reshape(-1)
-    if float(v.abs().max()) > limit:
-        raise ValueError(f"{name} must have max |value| <= {limit:g}, got {float(v.abs().max()):.3g}")
-    return v
-
-
-def _check_callable(name: str, fn: object, form: str) -> None:
-    if not callable(fn):
-        raise TypeError(f"{name} must be callable {form}, got {type(fn).__name__}")
-
-
-def _check_choice(name: str, value: object, choices: Sequence[str]) -> str:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
-    return str(value)
-
-
 # ------------------------------------------------------------------------------------------------ rewards
 
 
@@ -127,9 +104,9 @@ class QuadraticReward:
     Sums and non-negative multiples stay quadratic, so Gibbs tilts of Gaussian mixtures stay closed form."""
 
     def __init__(self, b: Tensor, q: float = 0.0, c0: float = 0.0) -> None:
-        self.b = _check_vector("b", b, 1e8).to(torch.float64)
-        self.q = _check_float("q", q, 0.0)
-        self.c0 = _check_float("c0", c0)
+        self.b = check_tensor(b, "b", ndim=1, non_empty=True, max_abs=1e8).to(torch.float64)
+        self.q = check_float(q, "q", low=0.0)
+        self.c0 = check_float(c0, "c0")
         if self.q > 1e8 or abs(self.c0) > 1e12:
             raise ValueError(f"q must be <= 1e8 and |c0| <= 1e12, got q={self.q:g}, c0={self.c0:g}")
 
@@ -141,7 +118,7 @@ class QuadraticReward:
     @classmethod
     def neg_sq_distance(cls, c: Tensor) -> QuadraticReward:
         """``r(x) = -‖x - c‖² = 2cᵀx - ‖x‖² - ‖c‖²``."""
-        c = _check_vector("c", c, 1e6).to(torch.float64)
+        c = check_tensor(c, "c", ndim=1, non_empty=True, max_abs=1e6).to(torch.float64)
         return cls(2.0 * c, 1.0, -float((c * c).sum()))
 
     @property
@@ -149,14 +126,8 @@ class QuadraticReward:
         return len(self.b)
 
     def _x(self, x: Tensor) -> Tensor:
-        x = _check_x(x, "x")
-        if x.dim() != 2 or x.shape[1] != self.dim:
-            raise ValueError(f"x must have shape (N, {self.dim}), got {tuple(x.shape)}")
-        if float(x.detach().abs().max()) > 1e15:
-            raise ValueError(
-                f"x must have max |x| <= 1e15 (its squares overflow), got {float(x.detach().abs().max()):.3g}"
-            )
-        return x
+        # bounded by 1e15: its squares must not overflow
+        return check_tensor(x, "x", shape=(None, self.dim), non_empty=True, max_abs=1e15)
 
     def __call__(self, x: Tensor) -> Tensor:
         x = self._x(x)
@@ -174,7 +145,7 @@ class QuadraticReward:
         return QuadraticReward(self.b + other.b, self.q + other.q, self.c0 + other.c0)
 
     def __mul__(self, w: float) -> QuadraticReward:
-        w = _check_float("w", w, 0.0)
+        w = check_float(w, "w", low=0.0)
         return QuadraticReward(self.b * w, self.q * w, self.c0 * w)
 
     __rmul__ = __mul__
@@ -209,7 +180,7 @@ def _reward_grad(reward: RewardFn, x: Tensor) -> Tensor:
         return reward.grad(x)
     with torch.enable_grad():
         xi = x.detach().requires_grad_(True)
-        r = _check_reward_out(reward(xi), xi, "reward")
+        r = _reward_out(reward(xi), xi, "reward")
         (g,) = torch.autograd.grad(r.sum(), xi)
     return g.detach()
 
@@ -224,13 +195,14 @@ class GibbsTilt(NamedTuple):
     log_partition: float
 
 
-def _check_mixture(mixture: object) -> GaussianMixture:
+def _mixture(mixture: object) -> GaussianMixture:
     if not isinstance(mixture, GaussianMixture):
         raise TypeError(f"mixture must be a GaussianMixture, got {type(mixture).__name__}")
     return mixture
 
 
-def _check_quadratic(reward: object, dim: int, name: str = "reward") -> QuadraticReward:
+def _quadratic(reward: object, dim: int, name: str = "reward") -> QuadraticReward:
+    """A reward whose Gibbs tilt of a ``dim``-dimensional mixture is closed form."""
     if not isinstance(reward, QuadraticReward):
         raise TypeError(
             f"{name} must be a QuadraticReward for a closed-form tilt, got {type(reward).__name__}"
@@ -240,22 +212,15 @@ def _check_quadratic(reward: object, dim: int, name: str = "reward") -> Quadrati
     return reward
 
 
-def _check_lam(lam: object, name: str = "lam") -> float:
-    v = _check_float(name, lam, 0.0, low_open=True)
-    if v < 1e-8 or v > 1e8:
-        raise ValueError(f"{name} must be in [1e-8, 1e8] (an entropy strength), got {v:g}")
-    return v
-
-
 def gibbs_tilt(mixture: GaussianMixture, reward: QuadraticReward, lam: float) -> GibbsTilt:
     """Exact tilt of a diagonal Gaussian mixture by ``e^{r/λ}``, ``r = bᵀx - q‖x‖² + c₀``.
 
     Component ``k``: precision ``1/v_k + 2q/λ``, mean ``v'_k (μ_k/v_k + b/λ)``, weight ``∝ π_k Z_k`` with
     ``Z_k = E_{N(μ_k, v_k)}[e^{(bᵀx - q‖x‖²)/λ}]``; the diffusion schedule is kept, so every marginal of the
     tilt (and hence the exact guidance ``∇ log p^λ_t - ∇ log p_t``) is closed form too."""
-    mixture = _check_mixture(mixture)
-    reward = _check_quadratic(reward, mixture.dim)
-    lam = _check_lam(lam)
+    mixture = _mixture(mixture)
+    reward = _quadratic(reward, mixture.dim)
+    lam = check_float(lam, "lam", low=1e-8, high=1e8)
     mu, v, pi = mixture.means.double(), mixture.variances.double(), mixture.weights.double()
     b, q = reward.b / lam, reward.q / lam
     prec = 1.0 / v + 2.0 * q
@@ -277,7 +242,7 @@ def gibbs_tilt(mixture: GaussianMixture, reward: QuadraticReward, lam: float) ->
 def tilt_kl(mixture: GaussianMixture, reward: QuadraticReward, lam: float) -> float:
     """Exact ``KL(p_pre e^{r/λ}/Z ‖ p_pre) = E_tilt[r]/λ - log Z``."""
     tilt = gibbs_tilt(mixture, reward, lam)
-    return reward.expectation(tilt.mixture) / _check_lam(lam) - tilt.log_partition
+    return reward.expectation(tilt.mixture) / check_float(lam, "lam", low=1e-8, high=1e8) - tilt.log_partition
 
 
 def upper_objective(
@@ -285,7 +250,7 @@ def upper_objective(
 ) -> float:
     """Exact upper objective ``f(λ) = -E_{p_λ}[r₁]`` with ``p_λ ∝ p_pre e^{r₂/λ}``."""
     tilt = gibbs_tilt(mixture, lower, lam)
-    return -_check_quadratic(upper, mixture.dim, "upper").expectation(tilt.mixture)
+    return -_quadratic(upper, mixture.dim, "upper").expectation(tilt.mixture)
 
 
 # ---------------------------------------------------------------------------------------- KL estimators
@@ -305,7 +270,7 @@ def gibbs_tilt_kl_is(scores: Tensor, lam: float) -> Tensor:
         raise ValueError(
             f"scores must be finite; got {int((~torch.isfinite(scores)).sum())} non-finite values"
         )
-    lam = _check_lam(lam)
+    lam = check_float(lam, "lam", low=1e-8, high=1e8)
     z = scores.double() / lam
     if float(z.abs().max()) > 1e12:
         raise ValueError(f"scores/lam must have max |value| <= 1e12, got {float(z.abs().max()):.3g}")
@@ -328,22 +293,16 @@ def girsanov_kl(guidance_drifts: Sequence[Tensor], g2: Tensor, dt: Tensor) -> Te
     for name, a in (("g2", g2), ("dt", dt)):
         if not isinstance(a, Tensor):
             raise TypeError(f"{name} must be a torch.Tensor of shape (K,), got {type(a).__name__}")
-        _check_x(a.reshape(-1, 1) if a.numel() else a.reshape(0, 1), name)
-        if a.shape != (len(guidance_drifts),):
-            raise ValueError(
-                f"{name} must have shape ({len(guidance_drifts)},) (one per step), got {tuple(a.shape)}"
-            )
+        check_tensor(a, name, shape=(len(guidance_drifts),), non_empty=True)
         if bool((a < 0).any()) or bool((a > 1e12).any()):
             raise ValueError(
                 f"{name} must lie in [0, 1e12], got min {float(a.min()):g}, max {float(a.max()):g}"
             )
     total = torch.zeros((), dtype=torch.float64)
     for k, h in enumerate(guidance_drifts):
-        h = _check_x(h, f"guidance_drifts[{k}]")
-        if float(h.detach().abs().max()) > 1e100:
-            raise ValueError(
-                f"guidance_drifts[{k}] must have max |h| <= 1e100, got {float(h.detach().abs().max()):.3g}"
-            )
+        h = check_tensor(h, f"guidance_drifts[{k}]", non_empty=True, max_abs=1e100)
+        if h.dim() < 2:
+            raise ValueError(f"guidance_drifts[{k}] must have shape (N, D), got {tuple(h.shape)}")
         total = total + 0.5 * float(g2[k]) * (h.double() ** 2).reshape(len(h), -1).sum(1).mean() * float(
             dt[k]
         )
@@ -370,11 +329,11 @@ class ExactTiltSampler:
     the same ``seed`` share their random numbers (common random numbers for ``KL_γ - KL_0``)."""
 
     def __init__(self, mixture: GaussianMixture, kl: Literal["plugin", "exact"] = "plugin") -> None:
-        self.mixture = _check_mixture(mixture)
-        self.kl = _check_choice("kl", kl, ("plugin", "exact"))
+        self.mixture = _mixture(mixture)
+        self.kl = check_choice(kl, "kl", ("plugin", "exact"))
 
     def __call__(self, reward: QuadraticReward, lam: float, n: int, seed: int | None = None) -> TiltDraw:
-        n = _check_int("n", n, 1)
+        n = check_int(n, "n", low=1)
         tilt = gibbs_tilt(self.mixture, reward, lam)
         x = tilt.mixture.sample(n, seed=seed)
         if self.kl == "exact":
@@ -388,11 +347,25 @@ class GuidedSDESampler:
     """Inference-only lower-level solver: the VP reverse SDE of a frozen score with reward guidance.
 
     ``dx = [f x - g² (s_t(x) + h_t(x))] dt + g dW̄`` (Euler–Maruyama from ``t_max`` down to ``t_min``, then a
-    Tweedie denoising step), with the KL of the guided path by Girsanov (:func:`girsanov_kl`, accumulated
-    over the steps). ``guidance="naive"``: ``h = ∇r(x_t)/λ`` at every t (the reference's gradient guidance;
-    it over-shifts, because the exact guidance vanishes as t → t_max); ``guidance="exact"``: the Doob
-    guidance ``∇ log E[e^{r(x₀)/λ} | x_t]``, closed form for a :class:`GaussianMixture` ``mixture`` and a
-    :class:`QuadraticReward` (then the samples follow the tilt up to discretisation)."""
+    Tweedie denoising step). ``guidance`` picks the guidance ``h``:
+
+    * ``"naive"``: ``h = ∇r(x_t)/λ`` at every t (it over-shifts, because the exact guidance vanishes as
+      t → t_max);
+    * ``"exact"``: the Doob guidance ``∇ log E[e^{r(x₀)/λ} | x_t]``, closed form for a :class:`GaussianMixture`
+      ``mixture`` and a :class:`QuadraticReward` (the samples then follow the tilt up to discretisation);
+    * ``"target"``: the official code's target matching (``gradguided_sdpipeline.py``, the look-ahead
+      gradient guidance of Guo et al. 2024): the reward is linearised per sample at the previous round's
+      output, ``r ≈ gᵢᵀx + bᵢ`` (zero in the first round), and
+      ``h = (strength/λ) (target - r̂(x̂₀(x_t))) ∇_{x_t} r̂(x̂₀(x_t))`` through the Tweedie estimate
+      ``x̂₀ = (x_t + σ_t² s_t(x_t))/α_t`` (autograd through ``score_fn``); ``rounds`` rounds of sampling and
+      re-linearisation with the same noise, the last one returned (``rounds=1``: the unguided first round). The official loss is a mean over its
+      batch of 5 (each sample's guidance divided by 5); here it is per sample, so ``strength`` is the
+      official ``--guidance`` at batch size 1.
+
+    ``kl``: ``"girsanov"`` (default): ``½ Σ g² E‖h‖² Δt`` of the guidance actually added
+    (:func:`girsanov_kl`, accumulated over the steps); ``"guidance_norm"``: the official est2 proxy, the
+    mean over steps and samples of the unsquared norm of the guidance before its strength factor
+    (``‖h‖ λ/strength``; not a KL)."""
 
     def __init__(
         self,
@@ -400,30 +373,43 @@ class GuidedSDESampler:
         schedule: VPSchedule,
         dim: int,
         n_steps: int = 200,
-        guidance: Literal["naive", "exact"] = "naive",
+        guidance: Literal["naive", "exact", "target"] = "naive",
         mixture: GaussianMixture | None = None,
         spacing: str = "uniform",
+        target: float = 0.0,
+        strength: float = 1.0,
+        rounds: int = 3,
+        kl: Literal["girsanov", "guidance_norm"] = "girsanov",
     ) -> None:
-        _check_callable("score_fn", score_fn, "(x, t) -> (N, D) score")
+        if not callable(score_fn):
+            raise TypeError(
+                f"score_fn must be callable (x, t) -> (N, D) score, got {type(score_fn).__name__}"
+            )
         if not isinstance(schedule, VPSchedule):
             raise TypeError(f"schedule must be a VPSchedule, got {type(schedule).__name__}")
         self.score_fn, self.schedule = score_fn, schedule
-        self.dim = _check_int("dim", dim, 1)
-        self.n_steps = _check_int("n_steps", n_steps, 2)
-        self.guidance = _check_choice("guidance", guidance, ("naive", "exact"))
+        self.dim = check_int(dim, "dim", low=1)
+        self.n_steps = check_int(n_steps, "n_steps", low=2)
+        self.guidance = check_choice(guidance, "guidance", ("naive", "exact", "target"))
         if guidance == "exact":
-            self.mixture = _check_mixture(mixture)
+            self.mixture = _mixture(mixture)
             if self.mixture.dim != self.dim:
                 raise ValueError(f"mixture must have dim {self.dim}, got {self.mixture.dim}")
         else:
             self.mixture = mixture
+        self.target = check_float(target, "target")
+        self.strength = check_float(strength, "strength", low=0.0, low_open=True)
+        self.rounds = check_int(rounds, "rounds", low=1)  # 1: the first round alone, unguided
+        self.kl = check_choice(kl, "kl", ("girsanov", "guidance_norm"))
         self.times = time_grid(schedule, self.n_steps, spacing)
 
     def __call__(self, reward: RewardFn, lam: float, n: int, seed: int | None = None) -> TiltDraw:
-        _check_callable("reward", reward, "(x) -> (N,) rewards")
-        lam = _check_lam(lam)
-        n = _check_int("n", n, 1)
-        sched, gen = self.schedule, make_generator(seed)
+        if not callable(reward):
+            raise TypeError(f"reward must be callable (x) -> (N,) rewards, got {type(reward).__name__}")
+        lam = check_float(lam, "lam", low=1e-8, high=1e8)
+        n = check_int(n, "n", low=1)
+        if self.guidance == "target":
+            return self._target_rounds(reward, lam, n, seed)
         tilted = gibbs_tilt(self.mixture, reward, lam).mixture if self.guidance == "exact" else None
 
         def guide(x: Tensor, t: float, s: Tensor) -> Tensor:
@@ -431,13 +417,45 @@ class GuidedSDESampler:
                 return tilted.score(x, t) - s
             return _reward_grad(reward, x) / lam
 
+        return self._integrate(guide, n, seed, lam)
+
+    def _target_rounds(self, reward: RewardFn, lam: float, n: int, seed: int | None) -> TiltDraw:
+        """The official loop: sample, linearise the reward at the samples, sample again with the same noise."""
+        sched, beta = self.schedule, self.strength / lam
+        grads = bias = None
+
+        def guide(x: Tensor, t: float, s: Tensor) -> Tensor:
+            if grads is None:  # the official first round: zero reward gradients and biases, no guidance
+                return torch.zeros_like(x)
+            with torch.enable_grad():
+                xi = x.detach().requires_grad_(True)
+                x0 = (xi + sched.sigma(t) ** 2 * self.score_fn(xi, t)) / sched.alpha(t)
+                r_hat = (grads * x0).sum(1) + bias
+                (g,) = torch.autograd.grad(0.5 * ((self.target - r_hat) ** 2).sum(), xi)
+            return -beta * g.detach()
+
+        for _ in range(self.rounds):
+            draw = self._integrate(guide, n, seed, lam)
+            x = draw.x
+            grads = _reward_grad(reward, x)
+            bias = _reward_out(reward(x), x, "reward").detach().to(x.dtype) - (grads * x).sum(1)
+        return draw
+
+    def _integrate(
+        self, guide: Callable[[Tensor, float, Tensor], Tensor], n: int, seed: int | None, lam: float
+    ) -> TiltDraw:
+        sched, gen = self.schedule, make_generator(seed)
+        unit = lam / (self.strength if self.guidance == "target" else 1.0)  # h per unit of its strength
         x = torch.randn(n, self.dim, generator=gen, dtype=torch.float64) * sched.sigma(sched.t_max)
         kl = torch.zeros((), dtype=torch.float64)
         for a, b in itertools.pairwise(self.times):
             dt = a - b
             s = self.score_fn(x, a)
             h = guide(x, a, s)
-            kl = kl + 0.5 * sched.g2(a) * (h * h).sum(1).mean() * dt
+            if self.kl == "girsanov":
+                kl = kl + 0.5 * sched.g2(a) * (h * h).sum(1).mean() * dt
+            else:
+                kl = kl + h.norm(dim=1).mean() * unit / self.n_steps
             drift = sched.f(a) * x - sched.g2(a) * (s + h)
             x = (
                 x
@@ -487,20 +505,29 @@ class EntropyStrengthTuner:
         seed: int = 0,
         sign: float = 1.0,
     ) -> None:
-        _check_callable("sampler", sampler, "(reward, lam, n, seed) -> TiltDraw")
-        _check_callable("lower_reward", lower_reward, "(x) -> (N,) rewards")
-        _check_callable("upper_reward", upper_reward, "(x) -> (N,) rewards")
-        self.gamma = _check_float("gamma", gamma, 0.0, low_open=True)
+        if not callable(sampler):
+            raise TypeError(
+                f"sampler must be callable (reward, lam, n, seed) -> TiltDraw, got {type(sampler).__name__}"
+            )
+        if not callable(lower_reward):
+            raise TypeError(
+                f"lower_reward must be callable (x) -> (N,) rewards, got {type(lower_reward).__name__}"
+            )
+        if not callable(upper_reward):
+            raise TypeError(
+                f"upper_reward must be callable (x) -> (N,) rewards, got {type(upper_reward).__name__}"
+            )
+        self.gamma = check_float(gamma, "gamma", low=0.0, low_open=True)
         self.gamma_end = (
-            None if gamma_end is None else _check_float("gamma_end", gamma_end, 0.0, low_open=True)
+            None if gamma_end is None else check_float(gamma_end, "gamma_end", low=0.0, low_open=True)
         )
-        self.lr = _check_float("lr", lr, 0.0, low_open=True)
-        self.lam = _check_lam(lam0, "lam0")
-        self.kl_estimator = _check_choice("kl_estimator", kl_estimator, ("sampler", "is"))
-        self.step_rule = _check_choice("step_rule", step_rule, ("projected", "log"))
-        self.n_samples = _check_int("n_samples", n_samples, 2)
-        self.lam_min = _check_lam(lam_min, "lam_min")
-        self.max_log_step = _check_float("max_log_step", max_log_step, 0.0, low_open=True)
+        self.lr = check_float(lr, "lr", low=0.0, low_open=True)
+        self.lam = check_float(lam0, "lam0", low=1e-8, high=1e8)
+        self.kl_estimator = check_choice(kl_estimator, "kl_estimator", ("sampler", "is"))
+        self.step_rule = check_choice(step_rule, "step_rule", ("projected", "log"))
+        self.n_samples = check_int(n_samples, "n_samples", low=2)
+        self.lam_min = check_float(lam_min, "lam_min", low=1e-8, high=1e8)
+        self.max_log_step = check_float(max_log_step, "max_log_step", low=0.0, low_open=True)
         if self.lam < self.lam_min:
             raise ValueError(f"lam0 must be >= lam_min={self.lam_min:g}, got {self.lam:g}")
         if kl_estimator == "is":
@@ -508,34 +535,27 @@ class EntropyStrengthTuner:
                 raise ValueError(
                     "pre_samples must be given (samples of p_pre, shape (N, D)) when kl_estimator='is'"
                 )
-            pre_samples = _check_x(pre_samples, "pre_samples")
-            if pre_samples.dim() != 2:
-                raise ValueError(f"pre_samples must have shape (N, D), got {tuple(pre_samples.shape)}")
-            if float(pre_samples.abs().max()) > 1e15:
-                raise ValueError(
-                    f"pre_samples must have max |x| <= 1e15, got {float(pre_samples.abs().max()):.3g}"
-                )
+            pre_samples = check_tensor(pre_samples, "pre_samples", ndim=2, non_empty=True, max_abs=1e15)
             if len(pre_samples) < 2:
                 raise ValueError(
                     f"pre_samples must hold N >= 2 samples, got shape {tuple(pre_samples.shape)}"
                 )
-            self._pre_r2 = _check_reward_out(lower_reward(pre_samples), pre_samples, "lower_reward")
-            self._pre_r1 = _check_reward_out(upper_reward(pre_samples), pre_samples, "upper_reward")
+            self._pre_r2 = _reward_out(lower_reward(pre_samples), pre_samples, "lower_reward")
+            self._pre_r1 = _reward_out(upper_reward(pre_samples), pre_samples, "upper_reward")
         self.pre_samples = pre_samples
         self.sampler, self.lower, self.upper = sampler, lower_reward, upper_reward
-        self.seed = _check_int("seed", seed, 0)
-        self.sign = _check_float("sign", sign)
+        self.seed = check_int(seed, "seed", low=0)
+        self.sign = check_float(sign, "sign")
         self.iteration = 0
         self.history: list[dict[str, float]] = []
         self._checked_sampler = False
 
-    def _check_draw(self, draw: object, what: str) -> TiltDraw:
+    def _draw(self, draw: object, what: str) -> TiltDraw:
+        """The sampler's output for ``what`` as a :class:`TiltDraw` of ``(n, D)`` samples and a finite KL."""
         if not isinstance(draw, tuple) or len(draw) != 2:
             raise TypeError(f"sampler must return a TiltDraw(x, kl), got {type(draw).__name__} for {what}")
         x, kl = draw
-        x = _check_x(x, f"sampler output x ({what})")
-        if x.dim() != 2:
-            raise ValueError(f"sampler output x ({what}) must have shape (n, D), got {tuple(x.shape)}")
+        x = check_tensor(x, f"sampler output x ({what})", ndim=2, non_empty=True)
         kl = torch.as_tensor(kl, dtype=torch.float64)
         if kl.numel() != 1 or not math.isfinite(float(kl)):
             raise ValueError(f"sampler output kl ({what}) must be a finite scalar, got {kl}")
@@ -543,8 +563,8 @@ class EntropyStrengthTuner:
 
     def _warn_if_lam_blind(self, lam: float, seed: int) -> None:
         m = min(self.n_samples, 64)
-        a = self._check_draw(self.sampler(self.lower, lam, m, seed), "the lambda check").x
-        b = self._check_draw(self.sampler(self.lower, 2.0 * lam, m, seed), "the lambda check").x
+        a = self._draw(self.sampler(self.lower, lam, m, seed), "the lambda check").x
+        b = self._draw(self.sampler(self.lower, 2.0 * lam, m, seed), "the lambda check").x
         if a.shape == b.shape and torch.allclose(a, b):
             warnings.warn(
                 f"sampler output does not depend on lam (same seed, lam={lam:g} and {2 * lam:g} gave the "
@@ -565,9 +585,9 @@ class EntropyStrengthTuner:
     ) -> dict[str, float]:
         """``{grad, kl_gamma, kl_0, upper}`` at ``lam`` without updating: ``grad = γ (KL_γ - KL₀)``,
         ``upper`` the Monte Carlo ``f = -mean r₁`` on the ``p_λ`` samples (``nan`` with ``"is"``)."""
-        lam = _check_lam(lam)
-        gamma = self.gamma if gamma is None else _check_float("gamma", gamma, 0.0, low_open=True)
-        seed = self.seed if seed is None else _check_int("seed", seed, 0)
+        lam = check_float(lam, "lam", low=1e-8, high=1e8)
+        gamma = self.gamma if gamma is None else check_float(gamma, "gamma", low=0.0, low_open=True)
+        seed = self.seed if seed is None else check_int(seed, "seed", low=0)
         pen = _combine(self.lower, self.upper, 1.0 / gamma)
         if self.kl_estimator == "is":
             assert self.pre_samples is not None
@@ -576,10 +596,10 @@ class EntropyStrengthTuner:
             w = torch.softmax(self._pre_r2.double() / lam, 0)
             upper = -float((w * self._pre_r1.double()).sum())
         else:
-            d0 = self._check_draw(self.sampler(self.lower, lam, self.n_samples, seed), "the lower tilt")
-            dg = self._check_draw(self.sampler(pen, lam, self.n_samples, seed), "the penalty tilt")
+            d0 = self._draw(self.sampler(self.lower, lam, self.n_samples, seed), "the lower tilt")
+            dg = self._draw(self.sampler(pen, lam, self.n_samples, seed), "the penalty tilt")
             kl0, klg = float(d0.kl), float(dg.kl)
-            upper = -float(_check_reward_out(self.upper(d0.x), d0.x, "upper_reward").double().mean())
+            upper = -float(_reward_out(self.upper(d0.x), d0.x, "upper_reward").double().mean())
         grad = self.sign * gamma * (klg - kl0)
         return {"grad": grad, "kl_gamma": klg, "kl_0": kl0, "upper": upper, "gamma": gamma}
 
@@ -604,12 +624,12 @@ class EntropyStrengthTuner:
 
     def run(self, n_iters: int) -> list[dict[str, float]]:
         """``n_iters`` outer steps; returns their records (also kept in ``history``)."""
-        n_iters = _check_int("n_iters", n_iters, 1)
+        n_iters = check_int(n_iters, "n_iters", low=1)
         return [self.step(n_iters) for _ in range(n_iters)]
 
     def lam_hat(self, last: int = 10) -> float:
         """Geometric mean of the last ``last`` iterates (λ after each step): the Polyak-averaged estimate."""
-        last = _check_int("last", last, 1)
+        last = check_int(last, "last", low=1)
         if not self.history:
             raise ValueError("EntropyStrengthTuner is not fitted: call run(...) first")
         lams = [h["lam_next"] for h in self.history[-last:]]
@@ -630,16 +650,16 @@ class LearnableCosineSchedule(nn.Module):
         max_beta: float = 0.999,
     ) -> None:  # fmt: skip
         super().__init__()
-        self.T = _check_int("T", T, 2)
+        self.T = check_int(T, "T", low=2)
         vals = {"start": start, "end": end, "tau": tau, "eps": eps}
         for k, v in vals.items():
-            _check_float(k, v)
+            check_float(v, k)
         if not (0.0 <= start <= 1.0 and start < end <= 1.0 and tau >= 1.0 and 0.0 <= eps <= 1.0):
             raise ValueError(
                 "schedule parameters must satisfy start in [0, 1], end in (start, 1], tau >= 1, eps in [0, 1]; "
                 f"got start={start:g}, end={end:g}, tau={tau:g}, eps={eps:g}"
             )
-        self.max_beta = _check_float("max_beta", max_beta, 0.0, low_open=True)
+        self.max_beta = check_float(max_beta, "max_beta", low=0.0, low_open=True)
         if self.max_beta >= 1.0:
             raise ValueError(f"max_beta must be < 1, got {self.max_beta:g}")
         for k, v in vals.items():
@@ -701,15 +721,16 @@ def zo_gradient(
     """Zeroth-order gradient of ``f`` at ``psi`` by Gaussian smoothing: ``u ~ N(0, I)``,
     ``[f(ψ + δu) - f(ψ - δu)]/(2δ) u`` (``mode="two"``) or ``[f(ψ + δu) - f_prev]/δ u`` (``"one"``, reusing
     the previous value), averaged over ``n_dirs`` directions. Unbiased for the smoothed ``f``."""
-    _check_callable("f", f, "(psi) -> float")
-    psi = _check_vector("psi", psi, 1e15)
-    delta = _check_float("delta", delta, 0.0, low_open=True)
-    n_dirs = _check_int("n_dirs", n_dirs, 1)
-    mode = _check_choice("mode", mode, ("one", "two"))
+    if not callable(f):
+        raise TypeError(f"f must be callable (psi) -> float, got {type(f).__name__}")
+    psi = check_tensor(psi, "psi", ndim=1, non_empty=True, max_abs=1e15)
+    delta = check_float(delta, "delta", low=0.0, low_open=True)
+    n_dirs = check_int(n_dirs, "n_dirs", low=1)
+    mode = check_choice(mode, "mode", ("one", "two"))
     if mode == "one":
         if f_prev is None:
             raise ValueError("f_prev must be given (the previous value of f) when mode='one'")
-        f_prev = _check_float("f_prev", f_prev)
+        f_prev = check_float(f_prev, "f_prev")
     g = make_generator(seed, generator)
     out = torch.zeros_like(psi)
     for _ in range(n_dirs):
@@ -740,25 +761,22 @@ def ddim_sample(
     ``(T + 1,)`` (``ᾱ_0 = 1``) on ``n_steps`` evenly spaced steps of ``1..T``; ``clip_x0`` clamps the
     predicted ``x₀`` to ``[-clip_x0, clip_x0]`` (as image DDIM clamps to [-1, 1]; ``ᾱ_T ≈ 0`` makes the first
     prediction ill-conditioned)."""
-    _check_callable("model", model, "(x, t) -> eps")
-    x = _check_x(x_T, "x_T")
-    if float(x.abs().max()) > 1e6:
-        raise ValueError(f"x_T must have max |x| <= 1e6 (a Gaussian latent), got {float(x.abs().max()):.3g}")
-    if not isinstance(alphas_cumprod, Tensor) or alphas_cumprod.dim() != 1 or len(alphas_cumprod) < 2:
-        got = (
-            tuple(alphas_cumprod.shape)
-            if isinstance(alphas_cumprod, Tensor)
-            else type(alphas_cumprod).__name__
-        )
-        raise ValueError(f"alphas_cumprod must be a tensor of shape (T + 1,) with T >= 1, got {got}")
-    ab = _check_x(alphas_cumprod.reshape(-1, 1), "alphas_cumprod").reshape(-1).to(x.dtype)
+    if not callable(model):
+        raise TypeError(f"model must be callable (x, t) -> eps, got {type(model).__name__}")
+    x = check_tensor(x_T, "x_T", non_empty=True, max_abs=1e6)  # a Gaussian latent
+    if x.dim() < 2:
+        raise ValueError(f"x_T must have shape (N, *event) with at least 2 dims, got {tuple(x.shape)}")
+    ab = check_tensor(alphas_cumprod, "alphas_cumprod", ndim=1)
+    if len(ab) < 2:
+        raise ValueError(f"alphas_cumprod must have shape (T + 1,) with T >= 1, got {tuple(ab.shape)}")
+    ab = ab.to(x.dtype)
     if bool((ab < 0).any()) or bool((ab > 1).any()):
         raise ValueError(
             f"alphas_cumprod must lie in [0, 1], got min {float(ab.min()):g}, max {float(ab.max()):g}"
         )
-    n_steps = _check_int("n_steps", n_steps, 1)
+    n_steps = check_int(n_steps, "n_steps", low=1)
     if clip_x0 is not None:
-        clip_x0 = _check_float("clip_x0", clip_x0, 0.0, low_open=True)
+        clip_x0 = check_float(clip_x0, "clip_x0", low=0.0, low_open=True)
     T = len(ab) - 1
     steps = sorted({round(float(v)) for v in np.linspace(T, 1, min(n_steps, T))}, reverse=True)
     for i, t in enumerate(steps):
@@ -776,29 +794,6 @@ def ddim_sample(
             x0 = x0.clamp(-clip_x0, clip_x0)
         x = a_p.sqrt() * x0 + (1 - a_p).sqrt() * eps
     return x
-
-
-def sliced_wasserstein(
-    x: Tensor, y: Tensor, n_proj: int = 128, generator: torch.Generator | None = None, seed: int | None = 0
-) -> float:
-    """Sliced 1-Wasserstein distance between sample sets ``x`` ``(N, D)`` and ``y`` ``(M, D)``: the mean over
-    ``n_proj`` random unit directions of the 1-D W1 between projections (quantiles on a common grid)."""
-    x, y = _check_x(x, "x"), _check_x(y, "y")
-    for name, a in (("x", x), ("y", y)):
-        if float(a.abs().max()) > 1e15:
-            raise ValueError(f"{name} must have max |value| <= 1e15, got {float(a.abs().max()):.3g}")
-    if x.dim() != 2 or y.dim() != 2 or x.shape[1] != y.shape[1]:
-        raise ValueError(
-            f"x and y must have shapes (N, D) and (M, D), got {tuple(x.shape)} and {tuple(y.shape)}"
-        )
-    n_proj = _check_int("n_proj", n_proj, 1)
-    g = make_generator(seed, generator)
-    d = torch.randn(x.shape[1], n_proj, generator=g, dtype=torch.float64)
-    d = d / d.norm(dim=0, keepdim=True)
-    qs = torch.linspace(0.0, 1.0, max(len(x), len(y)), dtype=torch.float64)
-    px = torch.quantile(x.double() @ d, qs, dim=0)
-    py = torch.quantile(y.double() @ d, qs, dim=0)
-    return float((px - py).abs().mean())
 
 
 class NoiseScheduleBilevel:
@@ -831,31 +826,36 @@ class NoiseScheduleBilevel:
         zo_theta: bool = True,
         seed: int = 0,
     ) -> None:
-        _check_callable("make_model", make_model, "() -> nn.Module")
+        if not callable(make_model):
+            raise TypeError(f"make_model must be callable () -> nn.Module, got {type(make_model).__name__}")
         if not isinstance(schedule, LearnableCosineSchedule):
             raise TypeError(f"schedule must be a LearnableCosineSchedule, got {type(schedule).__name__}")
-        _check_callable("upper_metric", upper_metric, "(model, schedule) -> float")
-        data = _check_x(data, "data")
-        if data.dim() != 2 or len(data) < 2:
+        if not callable(upper_metric):
+            raise TypeError(
+                f"upper_metric must be callable (model, schedule) -> float, got {type(upper_metric).__name__}"
+            )
+        data = check_tensor(data, "data", ndim=2, non_empty=True, max_abs=1e6)
+        if len(data) < 2:
             raise ValueError(f"data must have shape (N, D) with N >= 2, got {tuple(data.shape)}")
         if float(data.std()) == 0.0:
             raise ValueError("data must not be constant, got std=0.0")
-        if float(data.abs().max()) > 1e6:
-            raise ValueError(f"data must have max |x| <= 1e6, got {float(data.abs().max()):.3g}")
-        self.gamma = _check_float("gamma", gamma, 0.0, low_open=True)
-        self.delta = _check_float("delta", delta, 0.0, low_open=True)
-        self.zo = _check_choice("zo", zo, ("one", "two"))
-        self.inner_y, self.inner_z = _check_int("inner_y", inner_y, 1), _check_int("inner_z", inner_z, 1)
-        lr = _check_float("lr", lr, 0.0, low_open=True)
+        self.gamma = check_float(gamma, "gamma", low=0.0, low_open=True)
+        self.delta = check_float(delta, "delta", low=0.0, low_open=True)
+        self.zo = check_choice(zo, "zo", ("one", "two"))
+        self.inner_y, self.inner_z = (
+            check_int(inner_y, "inner_y", low=1),
+            check_int(inner_z, "inner_z", low=1),
+        )
+        lr = check_float(lr, "lr", low=0.0, low_open=True)
         if len(lr_schedule) != 4:
             raise ValueError(f"lr_schedule must hold 4 rates (start, end, tau, eps), got {len(lr_schedule)}")
-        lrs = [_check_float(f"lr_schedule[{i}]", v, 0.0) for i, v in enumerate(lr_schedule)]
-        self.batch_size = _check_int("batch_size", batch_size, 2)
-        self.warmup = _check_int("warmup", warmup, 0)
+        lrs = [check_float(v, f"lr_schedule[{i}]", low=0.0) for i, v in enumerate(lr_schedule)]
+        self.batch_size = check_int(batch_size, "batch_size", low=2)
+        self.warmup = check_int(warmup, "warmup", low=0)
         self.zo_theta = bool(zo_theta)
         schedule.check_terminal()  # warns when alpha_bar_T > 0.1
         self.schedule, self.upper_metric, self.data = schedule, upper_metric, data.double()
-        with isolated_rng(_check_int("seed", seed, 0)):
+        with isolated_rng(check_int(seed, "seed", low=0)):
             self.model_y = make_model()
         if not isinstance(self.model_y, nn.Module):
             raise TypeError(f"make_model must return an nn.Module, got {type(self.model_y).__name__}")
@@ -979,7 +979,7 @@ class NoiseScheduleBilevel:
 
     def run(self, n_steps: int) -> list[dict[str, float]]:
         """``n_steps`` outer steps; returns their records."""
-        n_steps = _check_int("n_steps", n_steps, 1)
+        n_steps = check_int(n_steps, "n_steps", low=1)
         return [self.step() for _ in range(n_steps)]
 
 
@@ -1004,28 +1004,35 @@ class RewardGuidedDenoiser(nn.Module):
         guidance: Callable[[Tensor, Tensor], Tensor] | None = None,
     ) -> None:
         super().__init__()
-        _check_callable("model", model, "(sample, timestep, ...) -> eps")
+        if not callable(model):
+            raise TypeError(
+                f"model must be callable (sample, timestep, ...) -> eps, got {type(model).__name__}"
+            )
         if (reward is None) == (guidance is None):
             raise ValueError(
                 "give exactly one of reward (x -> (N,) rewards) and guidance ((x, t) -> score term)"
             )
         if reward is not None:
-            _check_callable("reward", reward, "(x) -> (N,) rewards")
+            if not callable(reward):
+                raise TypeError(f"reward must be callable (x) -> (N,) rewards, got {type(reward).__name__}")
         if guidance is not None:
-            _check_callable("guidance", guidance, "(x, t) -> score term")
-        ab = _check_x(torch.as_tensor(alphas_cumprod).reshape(-1, 1), "alphas_cumprod").reshape(-1)
+            if not callable(guidance):
+                raise TypeError(
+                    f"guidance must be callable (x, t) -> score term, got {type(guidance).__name__}"
+                )
+        ab = check_tensor(torch.as_tensor(alphas_cumprod).reshape(-1), "alphas_cumprod", non_empty=True)
         if bool((ab <= 0).any()) or bool((ab > 1).any()):
             raise ValueError("alphas_cumprod must lie in (0, 1]")
         self.model = model
         self.register_buffer("alphas_cumprod", ab.double())
         self.reward, self.guidance = reward, guidance
-        self.lam = _check_lam(lam)
+        self.lam = check_float(lam, "lam", low=1e-8, high=1e8)
 
     def forward(self, sample: Tensor, timestep: Tensor | int, *args: Any, **kwargs: Any) -> Any:
-        sample = _check_x(sample, "sample")
-        if float(sample.detach().abs().max()) > 1e15:
+        sample = check_tensor(sample, "sample", non_empty=True, max_abs=1e15)
+        if sample.dim() < 2:
             raise ValueError(
-                f"sample must have max |x| <= 1e15, got {float(sample.detach().abs().max()):.3g}"
+                f"sample must have shape (N, *event) with at least 2 dims, got {tuple(sample.shape)}"
             )
         out = self.model(sample, timestep, *args, **kwargs)
         eps = out.sample if hasattr(out, "sample") else out

@@ -24,9 +24,11 @@ Time convention: ``t`` increases from data to noise (``t_min`` ≈ 0 to ``t_max`
 ``t_max`` down to ``t_min`` on a grid uniform in log-SNR (as the reference) or in ``log t``. The reference
 runs log-SNR ``λ`` upwards, where the drift reads ``f x + ½ g² η s``: the same ODE. Every function takes
 ``score_fn(x, t) -> ∇ log p_t(x)`` with ``x`` of shape ``(N, *event)`` and a float ``t``; adapters turn an
-ε-prediction (:func:`eps_to_score`) or a denoiser (:func:`denoiser_to_score`) into one. An exact oracle,
-:class:`GaussianMixture` (closed-form score, log-density and Laplacian of every marginal), and a small
-trainable ε-network (:class:`ScoreMLP`, :func:`train_score_model`) come with the module.
+ε-prediction (:func:`eps_to_score`) or a denoiser (:func:`denoiser_to_score`) into one. A small trainable
+ε-network (:class:`ScoreMLP`, :func:`train_score_model`) comes with the module. The schedules
+(:class:`VPSchedule`, :class:`EDMSchedule`, :func:`time_grid`) and the exact oracle :class:`GaussianMixture`
+(closed-form score, log-density and Laplacian of every marginal) live in the area's common modules
+(:mod:`icml25.generative_models.common`), shared with other papers; they are re-exported here.
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ import torch
 from scipy import stats
 from torch import Tensor, nn
 
+from icml25.generative_models.common.mixtures import GaussianMixture
+from icml25.generative_models.common.schedules import EDMSchedule, Schedule, VPSchedule, time_grid
+from icml25.kernels.checks import check_choice, check_float, check_int, check_tensor
 from icml25.kernels.rng import isolated_rng, make_generator
 
 __all__ = [
@@ -75,77 +80,24 @@ ScoreFn = Callable[[Tensor, float], Tensor]
 LaplacianArg = Callable[[Tensor, float], Tensor] | str | None
 
 # ---------------------------------------------------------------------------------------------- validation
+# Generic rules come from icml25.kernels.checks; the helpers below add only what is specific to a score-based
+# sampler's arguments (a batch of states, a score's output, a schedule, the Laplacian option).
 
 
-def _check_float(name: str, value: object, low: float | None = None, low_open: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
-        raise TypeError(f"{name} must be a float, got {type(value).__name__}")
-    v = float(value)
-    if not math.isfinite(v):
-        raise ValueError(f"{name} must be finite, got {v}")
-    if low is not None and (v < low or (low_open and v == low)):
-        raise ValueError(f"{name} must be {'>' if low_open else '>='} {low:g}, got {v:g}")
-    return v
-
-
-def _check_q(q: object, name: str = "q") -> float:
-    v = _check_float(name, q)
-    if not 0.0 < v < 1.0:
-        raise ValueError(f"{name} must be a quantile in the open interval (0, 1), got {v:g}")
-    return v
-
-
-def _check_steps(n_steps: object, name: str = "n_steps") -> int:
-    if isinstance(n_steps, bool) or not isinstance(n_steps, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(n_steps).__name__}")
-    if n_steps < 2:
-        raise ValueError(f"{name} must be >= 2, got {int(n_steps)}")
-    return int(n_steps)
-
-
-def _check_int(name: str, value: object, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < low:
-        raise ValueError(f"{name} must be >= {low}, got {int(value)}")
-    return int(value)
-
-
-def _check_x(x: object, name: str) -> Tensor:
-    """A finite, non-empty floating-point tensor of shape ``(N, *event)``."""
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor of shape (N, *event), got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
+def _states(x: object, name: str, sched: Schedule | None = None) -> Tensor:
+    """``x`` as a batch of states ``(N, *event)``: a finite, non-empty float tensor with at least 2 dims and,
+    given ``sched``, ``max |x| <= 1e6 max(1, σ_max)`` (a latent or sample 1e30 σ_max away overflows its
+    squared norm)."""
+    limit = None if sched is None else 1e6 * max(1.0, sched.sigma(sched.t_max))
+    x = check_tensor(x, name, non_empty=True, max_abs=limit)
     if x.dim() < 2:
         raise ValueError(f"{name} must have shape (N, *event) with at least 2 dims, got {tuple(x.shape)}")
-    if x.numel() == 0:
-        raise ValueError(f"{name} must be non-empty, got shape {tuple(x.shape)}")
-    if not bool(torch.isfinite(x).all()):
-        n_nan, n_inf = int(torch.isnan(x).sum()), int(torch.isinf(x).sum())
-        raise ValueError(
-            f"{name} must be finite; got {n_nan} NaN and {n_inf} Inf values in a tensor of shape "
-            f"{tuple(x.shape)}"
-        )
     return x
 
 
-def _check_huge(x: Tensor, name: str, sched: VPSchedule | EDMSchedule) -> None:
-    """Reject states whose squared norm overflows (a latent or sample cannot be 1e30 σ_max away)."""
-    peak = float(x.detach().abs().amax())
-    limit = 1e6 * max(1.0, sched.sigma(sched.t_max))
-    if peak > limit:
-        raise ValueError(f"{name} must have max |x| <= {limit:.3g} (1e6 x the prior scale), got {peak:.3g}")
-
-
-def _check_time(t: object, sched: VPSchedule | EDMSchedule) -> float:
-    v = _check_float("t", t)
-    if not 0.0 < v <= sched.t_max:
-        raise ValueError(f"t must be in (0, t_max={sched.t_max:g}], got {v:g}")
-    return v
-
-
-def _check_score_out(s: object, x: Tensor, what: str = "score_fn") -> Tensor:
+def _score_out(s: object, x: Tensor, what: str = "score_fn") -> Tensor:
+    """What ``what`` returned for ``x``: a tensor of ``x``'s shape and dtype (non-finite values are the
+    samplers' to report, with the time step)."""
     if not isinstance(s, Tensor):
         raise TypeError(f"{what} must return a torch.Tensor, got {type(s).__name__}")
     if s.shape != x.shape:
@@ -157,25 +109,18 @@ def _check_score_out(s: object, x: Tensor, what: str = "score_fn") -> Tensor:
     return s
 
 
-def _check_schedule(sched: object) -> VPSchedule | EDMSchedule:
-    if not isinstance(sched, (VPSchedule, EDMSchedule)):
-        raise TypeError(f"schedule must be a VPSchedule or EDMSchedule, got {type(sched).__name__}")
-    return sched
+def _schedule(schedule: object) -> Schedule:
+    if not isinstance(schedule, (VPSchedule, EDMSchedule)):
+        raise TypeError(f"schedule must be a VPSchedule or EDMSchedule, got {type(schedule).__name__}")
+    return schedule
 
 
-def _check_callable(name: str, fn: object) -> None:
-    if not callable(fn):
-        raise TypeError(f"{name} must be callable (x, t) -> tensor, got {type(fn).__name__}")
-
-
-def _check_laplacian_arg(laplacian: object, allow_none: bool = True) -> None:
+def _laplacian_arg(laplacian: object, allow_none: bool = True) -> None:
     if laplacian is None and allow_none:
         return
     if isinstance(laplacian, str):
-        if laplacian not in ("exact", "hutchinson"):
-            raise ValueError(f"laplacian must be 'exact', 'hutchinson' or a callable, got {laplacian!r}")
-        return
-    if not callable(laplacian):
+        check_choice(laplacian, "laplacian", ("exact", "hutchinson"))
+    elif not callable(laplacian):
         raise TypeError(
             f"laplacian must be 'exact', 'hutchinson' or a callable, got {type(laplacian).__name__}"
         )
@@ -191,132 +136,7 @@ def _bview(c: Tensor, like: Tensor) -> Tensor:
     return c.reshape(-1, *([1] * (like.dim() - 1)))
 
 
-# ----------------------------------------------------------------------------------------------- schedules
-
-
-@dataclass(frozen=True)
-class VPSchedule:
-    """Variance-preserving SDE with a linear β: ``β(t) = β_min + t (β_max - β_min)`` on ``[t_min, t_max]``.
-
-    ``x_t = α_t x_0 + σ_t ε`` with ``α_t = exp(-½ ∫β)``, ``σ_t² = 1 - α_t²``; ``f = -β/2``, ``g² = β``
-    (Song et al.'s VP-SDE; the paper's CIFAR-10 model).
-    """
-
-    beta_min: float = 0.1
-    beta_max: float = 20.0
-    t_min: float = 1e-3
-    t_max: float = 1.0
-
-    def __post_init__(self) -> None:
-        _check_float("beta_min", self.beta_min, 0.0, low_open=True)
-        _check_float("beta_max", self.beta_max, 0.0, low_open=True)
-        _check_float("t_min", self.t_min, 0.0, low_open=True)
-        _check_float("t_max", self.t_max, 0.0, low_open=True)
-        if self.beta_max < self.beta_min:
-            raise ValueError(f"beta_max must be >= beta_min, got {self.beta_max:g} < {self.beta_min:g}")
-        if not self.t_min < self.t_max:
-            raise ValueError(f"t_min must be < t_max, got t_min={self.t_min:g}, t_max={self.t_max:g}")
-
-    def _B(self, t: float) -> float:
-        return self.beta_min * t + 0.5 * (self.beta_max - self.beta_min) * t * t
-
-    def beta(self, t: float) -> float:
-        """``β(t)``."""
-        return self.beta_min + t * (self.beta_max - self.beta_min)
-
-    def alpha(self, t: float) -> float:
-        """Signal scale ``α_t``."""
-        return math.exp(-0.5 * self._B(t))
-
-    def sigma(self, t: float) -> float:
-        """Noise scale ``σ_t``."""
-        return math.sqrt(-math.expm1(-self._B(t)))
-
-    def f(self, t: float) -> float:
-        """Drift coefficient ``f(t) = -β(t)/2``."""
-        return -0.5 * self.beta(t)
-
-    def g2(self, t: float) -> float:
-        """Squared diffusion ``g(t)² = β(t)``."""
-        return self.beta(t)
-
-    def log_snr(self, t: float) -> float:
-        """``λ_t = log(α_t² / σ_t²)``."""
-        b = self._B(t)
-        return -b - math.log(-math.expm1(-b))
-
-    def t_of_log_snr(self, lam: float) -> float:
-        """The time whose log-SNR is ``lam`` (the inverse of :meth:`log_snr`)."""
-        b = math.log1p(math.exp(-lam)) if lam > -30 else -lam  # softplus(-λ) = -log α²
-        db = self.beta_max - self.beta_min
-        if db == 0:
-            return b / self.beta_min
-        return (-self.beta_min + math.sqrt(self.beta_min**2 + 2.0 * db * b)) / db
-
-
-@dataclass(frozen=True)
-class EDMSchedule:
-    """Variance-exploding SDE in the EDM parameterisation: ``σ_t = t`` on ``[sigma_min, sigma_max]``.
-
-    ``x_t = x_0 + t ε``: ``α = 1``, ``f = 0``, ``g² = dσ²/dt = 2t`` (Karras et al.; the paper's EDM2 model).
-    """
-
-    sigma_min: float = 0.002
-    sigma_max: float = 80.0
-
-    def __post_init__(self) -> None:
-        _check_float("sigma_min", self.sigma_min, 0.0, low_open=True)
-        _check_float("sigma_max", self.sigma_max, 0.0, low_open=True)
-        if not self.sigma_min < self.sigma_max:
-            raise ValueError(f"sigma_min must be < sigma_max, got {self.sigma_min:g}, {self.sigma_max:g}")
-
-    @property
-    def t_min(self) -> float:
-        return self.sigma_min
-
-    @property
-    def t_max(self) -> float:
-        return self.sigma_max
-
-    def alpha(self, t: float) -> float:
-        return 1.0
-
-    def sigma(self, t: float) -> float:
-        return float(t)
-
-    def f(self, t: float) -> float:
-        return 0.0
-
-    def g2(self, t: float) -> float:
-        return 2.0 * t
-
-    def log_snr(self, t: float) -> float:
-        return -2.0 * math.log(t)
-
-    def t_of_log_snr(self, lam: float) -> float:
-        return math.exp(-0.5 * lam)
-
-
-Schedule = VPSchedule | EDMSchedule
-
-
-def time_grid(schedule: Schedule, n_steps: int, spacing: str = "log_snr") -> list[float]:
-    """``n_steps + 1`` decreasing times from ``t_max`` to ``t_min``, uniform in log-SNR (``"log_snr"``, the
-    reference's grid), in ``log t`` (``"log_t"``) or in ``t`` (``"uniform"``)."""
-    sched = _check_schedule(schedule)
-    n = _check_steps(n_steps)
-    lo, hi = sched.t_min, sched.t_max
-    if spacing == "log_snr":
-        lam = np.linspace(sched.log_snr(hi), sched.log_snr(lo), n + 1)
-        ts = [sched.t_of_log_snr(float(v)) for v in lam]
-    elif spacing == "log_t":
-        ts = np.exp(np.linspace(math.log(hi), math.log(lo), n + 1)).tolist()
-    elif spacing == "uniform":
-        ts = np.linspace(hi, lo, n + 1).tolist()
-    else:
-        raise ValueError(f"spacing must be 'log_snr', 'log_t' or 'uniform', got {spacing!r}")
-    ts[0], ts[-1] = hi, lo  # exact end points
-    return [float(t) for t in ts]
+# ------------------------------------------------------------------------------------------- prior check
 
 
 def _prior_warning(sched: Schedule) -> None:
@@ -335,14 +155,14 @@ def _prior_warning(sched: Schedule) -> None:
 
 def eps_to_score(eps_fn: Callable[[Tensor, float], Tensor], schedule: Schedule) -> ScoreFn:
     """The score ``s_t(x) = -ε̂(x, t) / σ_t`` of an ε-prediction model ``eps_fn(x, t)``."""
-    _check_callable("eps_fn", eps_fn)
-    sched = _check_schedule(schedule)
+    if not callable(eps_fn):
+        raise TypeError(f"eps_fn must be callable (x, t) -> tensor, got {type(eps_fn).__name__}")
+    sched = _schedule(schedule)
 
     def score(x: Tensor, t: float) -> Tensor:
-        x = _check_x(x, "x")
-        _check_huge(x, "x", sched)
-        t = _check_time(t, sched)
-        return _check_score_out(eps_fn(x, t), x, "eps_fn") / -sched.sigma(t)
+        x = _states(x, "x", sched)
+        t = check_float(t, "t", low=0.0, high=sched.t_max, low_open=True)
+        return _score_out(eps_fn(x, t), x, "eps_fn") / -sched.sigma(t)
 
     return score
 
@@ -350,14 +170,14 @@ def eps_to_score(eps_fn: Callable[[Tensor, float], Tensor], schedule: Schedule) 
 def denoiser_to_score(denoiser: Callable[[Tensor, float], Tensor], schedule: Schedule) -> ScoreFn:
     """The score ``s_t(x) = (α_t D(x, t) - x) / σ_t²`` of a denoiser ``D(x, t) ≈ E[x_0 | x_t = x]`` (EDM:
     ``(D - x) / σ²``)."""
-    _check_callable("denoiser", denoiser)
-    sched = _check_schedule(schedule)
+    if not callable(denoiser):
+        raise TypeError(f"denoiser must be callable (x, t) -> tensor, got {type(denoiser).__name__}")
+    sched = _schedule(schedule)
 
     def score(x: Tensor, t: float) -> Tensor:
-        x = _check_x(x, "x")
-        _check_huge(x, "x", sched)
-        t = _check_time(t, sched)
-        return (sched.alpha(t) * _check_score_out(denoiser(x, t), x, "denoiser") - x) / sched.sigma(t) ** 2
+        x = _states(x, "x", sched)
+        t = check_float(t, "t", low=0.0, high=sched.t_max, low_open=True)
+        return (sched.alpha(t) * _score_out(denoiser(x, t), x, "denoiser") - x) / sched.sigma(t) ** 2
 
     return score
 
@@ -368,13 +188,14 @@ def denoiser_to_score(denoiser: Callable[[Tensor, float], Tensor], schedule: Sch
 def exact_laplacian(score_fn: ScoreFn, x: Tensor, t: float, create_graph: bool = False) -> Tensor:
     """``Δ log p_t(x) = tr ∇s_t(x)`` per sample ``(N,)`` by autograd (one vectorised backward per event
     dimension: for small ``D``). ``create_graph=True`` keeps it differentiable in ``x``."""
-    _check_callable("score_fn", score_fn)
-    x = _check_x(x, "x")
-    t = _check_float("t", t)
+    if not callable(score_fn):
+        raise TypeError(f"score_fn must be callable (x, t) -> tensor, got {type(score_fn).__name__}")
+    x = _states(x, "x")
+    t = check_float(t, "t")
     d = x[0].numel()
     with torch.enable_grad():
         xi = x if (create_graph and x.requires_grad) else x.detach().requires_grad_(True)
-        s = _check_score_out(score_fn(xi, t), x).reshape(len(x), d)
+        s = _score_out(score_fn(xi, t), x).reshape(len(x), d)
         eye = torch.eye(d, dtype=x.dtype, device=x.device).unsqueeze(1).expand(d, len(x), d)
         (rows,) = torch.autograd.grad(s, xi, eye, is_grads_batched=True, create_graph=create_graph)
         # rows[j] = ∂s_j/∂x (N, *event); take the diagonal ∂s_j/∂x_j.
@@ -393,15 +214,16 @@ def hutchinson_laplacian(
 ) -> Tensor:
     """Unbiased Hutchinson estimate ``mean_k ε_kᵀ ∇s_t(x) ε_k`` of ``Δ log p_t(x)`` per sample ``(N,)``, with
     Rademacher probes from ``generator`` (or ``seed``; one vector-Jacobian product per probe)."""
-    _check_callable("score_fn", score_fn)
-    x = _check_x(x, "x")
-    t = _check_float("t", t)
-    k = _check_int("n_probes", n_probes, 1)
+    if not callable(score_fn):
+        raise TypeError(f"score_fn must be callable (x, t) -> tensor, got {type(score_fn).__name__}")
+    x = _states(x, "x")
+    t = check_float(t, "t")
+    k = check_int(n_probes, "n_probes", low=1)
     gen = make_generator(seed, generator, device=x.device)
     total = torch.zeros(len(x), dtype=x.dtype, device=x.device)
     with torch.enable_grad():
         xi = x if (create_graph and x.requires_grad) else x.detach().requires_grad_(True)
-        s = _check_score_out(score_fn(xi, t), x)
+        s = _score_out(score_fn(xi, t), x)
         for _ in range(k):
             eps = torch.randint(0, 2, x.shape, generator=gen, device=x.device).to(x.dtype) * 2 - 1
             (jt_eps,) = torch.autograd.grad(s, xi, eps, retain_graph=True, create_graph=create_graph)
@@ -428,12 +250,12 @@ def _laplacian(
 
 def pf_ode_drift(score_fn: ScoreFn, x: Tensor, t: float, schedule: Schedule) -> Tensor:
     """The PF-ODE drift ``u_t(x) = f(t) x - ½ g(t)² s_t(x)``, shape of ``x`` ``(N, *event)``."""
-    _check_callable("score_fn", score_fn)
-    sched = _check_schedule(schedule)
-    x = _check_x(x, "x")
-    _check_huge(x, "x", sched)
-    t = _check_time(t, sched)
-    s = _check_score_out(score_fn(x, t), x)
+    if not callable(score_fn):
+        raise TypeError(f"score_fn must be callable (x, t) -> tensor, got {type(score_fn).__name__}")
+    sched = _schedule(schedule)
+    x = _states(x, "x", sched)
+    t = check_float(t, "t", low=0.0, high=sched.t_max, low_open=True)
+    s = _score_out(score_fn(x, t), x)
     return sched.f(t) * x - 0.5 * sched.g2(t) * s
 
 
@@ -471,17 +293,17 @@ def density_guided_drift(
     optionally clips ``η`` (default None: no clipping, as the reference). ``q = 0.5`` and ``φ̃ = 0`` give
     exactly :func:`pf_ode_drift`.
     """
-    _check_callable("score_fn", score_fn)
-    sched = _check_schedule(schedule)
-    x = _check_x(x, "x")
-    _check_huge(x, "x", sched)
-    t = _check_time(t, sched)
-    q = _check_q(q)
-    phi = _check_float("noise_scale", noise_scale, 0.0)
+    if not callable(score_fn):
+        raise TypeError(f"score_fn must be callable (x, t) -> tensor, got {type(score_fn).__name__}")
+    sched = _schedule(schedule)
+    x = _states(x, "x", sched)
+    t = check_float(t, "t", low=0.0, high=sched.t_max, low_open=True)
+    q = check_float(q, "q", low=0.0, high=1.0, low_open=True, high_open=True)
+    phi = check_float(noise_scale, "noise_scale", low=0.0)
     if phi > 0:
-        _check_laplacian_arg(laplacian, allow_none=False)
+        _laplacian_arg(laplacian, allow_none=False)
     if eta_range is not None:
-        lo, hi = (_check_float("eta_range", v) for v in eta_range)
+        lo, hi = (check_float(v, "eta_range") for v in eta_range)
         if not lo < hi:
             raise ValueError(f"eta_range must be (low, high) with low < high, got {eta_range!r}")
     return _dg_terms(score_fn, x, t, sched, q, phi, laplacian, eta_range, generator)
@@ -498,7 +320,7 @@ def _dg_terms(
     eta_range: tuple[float, float] | None,
     generator: torch.Generator | None,
 ) -> DriftTerms:
-    s = _check_score_out(score_fn(x, t), x)
+    s = _score_out(score_fn(x, t), x)
     d = x[0].numel()
     sig2 = sched.sigma(t) ** 2
     quant = math.sqrt(2.0 * d) * float(stats.norm.ppf(q))
@@ -529,24 +351,14 @@ def log_density_rate(
     """``d/dt log p_t(x_t)`` along ``dx/dt = drift``: ``-div u + <s, drift - u>`` with ``div u = D f -
     ½ g² Δ log p`` and ``u`` the PF-ODE drift; ``score``, ``x``, ``drift`` ``(N, *event)``, ``laplacian``
     ``(N,)``; returns ``(N,)``."""
-    sched = _check_schedule(schedule)
-    x = _check_x(x, "x")
-    t = _check_time(t, sched)
-    for name, a in (("score", score), ("drift", drift), ("x", x)):
-        _check_x(a, name)
-        if float(a.detach().abs().amax()) > 1e150:
-            raise ValueError(
-                f"{name} must have max |value| <= 1e150 (its square overflows), got {float(a.abs().amax()):.3g}"
-            )
+    sched = _schedule(schedule)
+    x = _states(x, "x")
+    t = check_float(t, "t", low=0.0, high=sched.t_max, low_open=True)
+    for name, a in (("score", score), ("drift", drift), ("x", x)):  # bounded: their squares must not overflow
+        check_tensor(a, name, max_abs=1e150)
         if a.shape != x.shape:
             raise ValueError(f"{name} must have the shape of x {tuple(x.shape)}, got {tuple(a.shape)}")
-    _check_x(laplacian.reshape(-1, 1) if isinstance(laplacian, Tensor) else laplacian, "laplacian")
-    if laplacian.shape != (len(x),):
-        raise ValueError(f"laplacian must have shape ({len(x)},), got {tuple(laplacian.shape)}")
-    if float(laplacian.detach().abs().amax()) > 1e150:
-        raise ValueError(
-            f"laplacian must have max |value| <= 1e150, got {float(laplacian.detach().abs().amax()):.3g}"
-        )
+    check_tensor(laplacian, "laplacian", shape=(len(x),), max_abs=1e150)
     d = x[0].numel()
     u = sched.f(t) * x - 0.5 * sched.g2(t) * score
     div_u = d * sched.f(t) - 0.5 * sched.g2(t) * laplacian
@@ -556,10 +368,9 @@ def log_density_rate(
 def guidance_offset(schedule: Schedule, q: float, dim: int, times: Sequence[float]) -> float:
     """``Σ_k c_q(t_k) (t_{k+1} - t_k)`` with ``c_q = -½ g² √(2D) Φ⁻¹(q) / σ²``: the part of the prescribed
     log-density change ``∫ b^q dt`` (Euler on ``times``) that does not depend on the sample."""
-    sched = _check_schedule(schedule)
-    q = _check_q(q)
-    if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1:
-        raise ValueError(f"dim must be a positive int, got {dim!r}")
+    sched = _schedule(schedule)
+    q = check_float(q, "q", low=0.0, high=1.0, low_open=True, high_open=True)
+    dim = check_int(dim, "dim", low=1)
     raw = np.asarray(times.detach().cpu() if isinstance(times, Tensor) else times)
     if raw.dtype.kind not in "fiu":
         raise TypeError(f"times must be a sequence of floats, got dtype {raw.dtype}")
@@ -601,10 +412,9 @@ class SampleResult:
 
 def rescale_latents(x_T: Tensor, schedule: Schedule, quantile: float = 0.5) -> Tensor:
     """Latents rescaled to the norm ``χ_D⁻¹(quantile) σ_T`` (0.5: the median norm of ``N(0, σ_T² I)``)."""
-    sched = _check_schedule(schedule)
-    x_T = _check_x(x_T, "x_T")
-    _check_huge(x_T, "x_T", sched)
-    quantile = _check_q(quantile, "quantile")
+    sched = _schedule(schedule)
+    x_T = _states(x_T, "x_T", sched)
+    quantile = check_float(quantile, "quantile", low=0.0, high=1.0, low_open=True, high_open=True)
     d = x_T[0].numel()
     norms = _bsum(x_T * x_T).sqrt()
     if bool((norms == 0).any()):
@@ -650,7 +460,7 @@ def _run_sampler(
             raise ValueError(f"noise_scale_fn must return a finite value >= 0, got {phi} at t={a:g}")
         with torch.no_grad():
             if plain:
-                s = _check_score_out(score_fn(x, a), x)
+                s = _score_out(score_fn(x, a), x)
                 drift = sched.f(a) * x - 0.5 * sched.g2(a) * s
             else:
                 terms = _dg_terms(
@@ -693,20 +503,21 @@ def _probe(score_fn: ScoreFn, x: Tensor, t: float, name: str) -> None:
     """Call ``score_fn`` once on ``x`` so that a shape it rejects is reported under the caller's name."""
     try:
         with torch.no_grad():
-            _check_score_out(score_fn(x, t), x)
+            _score_out(score_fn(x, t), x)
     except ValueError as err:
         raise ValueError(f"{name} of shape {tuple(x.shape)} is rejected by score_fn: {err}") from err
 
 
 def _sampler_prelude(score_fn: object, x_T: object, schedule: object, n_steps: object, track: object):
-    _check_callable("score_fn", score_fn)
-    sched = _check_schedule(schedule)
-    x = _check_x(x_T, "x_T")
-    _check_huge(x, "x_T", sched)
+    if not callable(score_fn):
+        raise TypeError(f"score_fn must be callable (x, t) -> tensor, got {type(score_fn).__name__}")
+    sched = _schedule(schedule)
+    x = _states(x_T, "x_T", sched)
     _probe(score_fn, x, sched.t_max, "x_T")
-    _check_steps(n_steps)
+    check_int(n_steps, "n_steps", low=2)
     if track is not None:
-        _check_callable("track", track)
+        if not callable(track):
+            raise TypeError(f"track must be callable (x, t) -> tensor, got {type(track).__name__}")
     _prior_warning(sched)
     return sched, x
 
@@ -726,7 +537,7 @@ def pf_ode_sample(
     carries the accumulated ``∫ -div u dt``; ``track(x, t) -> (N,)`` is recorded at every grid time.
     """
     sched, x = _sampler_prelude(score_fn, x_T, schedule, n_steps, track)
-    _check_laplacian_arg(laplacian)
+    _laplacian_arg(laplacian)
     return _run_sampler(score_fn, x, sched, 0.5, n_steps, spacing, laplacian, track, None, None, None, False)
 
 
@@ -750,8 +561,8 @@ def density_guidance_sample(
     gives :func:`pf_ode_sample` bit for bit.
     """
     sched, x = _sampler_prelude(score_fn, x_T, schedule, n_steps, track)
-    q = _check_q(q)
-    _check_laplacian_arg(laplacian)
+    q = check_float(q, "q", low=0.0, high=1.0, low_open=True, high_open=True)
+    _laplacian_arg(laplacian)
     if rescale_to_median:
         x = rescale_latents(x, sched, 0.5)
     return _run_sampler(score_fn, x, sched, q, n_steps, spacing, laplacian, track, None, None, eta_range)
@@ -781,9 +592,10 @@ def stochastic_density_guidance_sample(
     prescribed ``∫ b^q dt`` (with the same ``laplacian``). Noise from ``generator`` (or ``seed``).
     """
     sched, x = _sampler_prelude(score_fn, x_T, schedule, n_steps, track)
-    q = _check_q(q)
-    _check_callable("noise_scale_fn", noise_scale_fn)
-    _check_laplacian_arg(laplacian, allow_none=False)
+    q = check_float(q, "q", low=0.0, high=1.0, low_open=True, high_open=True)
+    if not callable(noise_scale_fn):
+        raise TypeError(f"noise_scale_fn must be callable (t) -> float, got {type(noise_scale_fn).__name__}")
+    _laplacian_arg(laplacian, allow_none=False)
     gen = make_generator(seed, generator, device=x.device)
     if rescale_to_median:
         x = rescale_latents(x, sched, 0.5)
@@ -809,8 +621,8 @@ def prior_guidance_sample(
     the same latent by ``q_ref = 1 - q``, the CDF of its norm.
     """
     sched, x = _sampler_prelude(score_fn, x_T, schedule, n_steps, track)
-    q = _check_q(q)
-    _check_laplacian_arg(laplacian)
+    q = check_float(q, "q", low=0.0, high=1.0, low_open=True, high_open=True)
+    _laplacian_arg(laplacian)
     x = rescale_latents(x, sched, 1.0 - q)
     return _run_sampler(score_fn, x, sched, 0.5, n_steps, spacing, laplacian, track, None, None, None, False)
 
@@ -831,15 +643,14 @@ def pf_ode_log_density(
     from ``laplacian`` (``"exact"`` autograd trace, ``"hutchinson"`` one probe per evaluation, or a
     callable). ``method``: ``"heun"`` (second order, trapezoidal divergence integral; default) or
     ``"euler"``."""
-    _check_callable("score_fn", score_fn)
-    sched = _check_schedule(schedule)
-    x = _check_x(x0, "x0")
-    _check_huge(x, "x0", sched)
+    if not callable(score_fn):
+        raise TypeError(f"score_fn must be callable (x, t) -> tensor, got {type(score_fn).__name__}")
+    sched = _schedule(schedule)
+    x = _states(x0, "x0", sched)
     _probe(score_fn, x, sched.t_min, "x0")
-    n_steps = _check_steps(n_steps)
-    _check_laplacian_arg(laplacian, allow_none=False)
-    if method not in ("heun", "euler"):
-        raise ValueError(f"method must be 'heun' or 'euler', got {method!r}")
+    n_steps = check_int(n_steps, "n_steps", low=2)
+    _laplacian_arg(laplacian, allow_none=False)
+    check_choice(method, "method", ("heun", "euler"))
     _prior_warning(sched)
     gen = make_generator(seed, generator, device=x.device)
     times = time_grid(sched, n_steps, spacing)[::-1]
@@ -848,7 +659,7 @@ def pf_ode_log_density(
     def field(y: Tensor, t: float) -> tuple[Tensor, Tensor]:
         lap = _laplacian(laplacian, score_fn, y, t, gen).detach()
         with torch.no_grad():
-            s = _check_score_out(score_fn(y, t), y)
+            s = _score_out(score_fn(y, t), y)
             return sched.f(t) * y - 0.5 * sched.g2(t) * s, d * sched.f(t) - 0.5 * sched.g2(t) * lap
 
     total = torch.zeros(len(x), dtype=x.dtype, device=x.device)
@@ -881,13 +692,13 @@ def score_alignment(
     ``"exact"`` (autograd, small ``D``), ``"hutchinson"`` (fixed probes per step) or a differentiable
     callable ``(x, t) -> (N,)`` (closed form). ``score_fn`` must be a pure torch function (``torch.func``).
     """
-    _check_callable("score_fn", score_fn)
-    sched = _check_schedule(schedule)
-    x = _check_x(x_T, "x_T").detach()
-    _check_huge(x, "x_T", sched)
+    if not callable(score_fn):
+        raise TypeError(f"score_fn must be callable (x, t) -> tensor, got {type(score_fn).__name__}")
+    sched = _schedule(schedule)
+    x = _states(x_T, "x_T", sched).detach()
     _probe(score_fn, x, sched.t_max, "x_T")
-    n_steps = _check_steps(n_steps)
-    _check_laplacian_arg(laplacian, allow_none=False)
+    n_steps = check_int(n_steps, "n_steps", low=2)
+    _laplacian_arg(laplacian, allow_none=False)
     _prior_warning(sched)
     times = time_grid(sched, n_steps, spacing)
     v = x.clone()
@@ -896,7 +707,7 @@ def score_alignment(
     for a, b in itertools.pairwise(times):
         dt = b - a
         s, js_v = torch.func.jvp(lambda y, _t=a: score_fn(y, _t), (x,), (v,))
-        _check_score_out(s, x)
+        _score_out(s, x)
         with torch.enable_grad():
             xi = x.detach().requires_grad_(True)
             if laplacian == "exact":
@@ -913,133 +724,6 @@ def score_alignment(
     return a_val.detach()
 
 
-# ---------------------------------------------------------------------------------------- exact oracle
-
-
-class GaussianMixture:
-    """A Gaussian mixture with diagonal covariances, diffused by ``schedule``: every marginal
-    ``p_t = Σ_k π_k N(α_t μ_k, diag(α_t² v_k + σ_t²))`` is a mixture too, so the score, log-density and
-    Laplacian are closed form (the exact oracle of the tests and the reproduction).
-
-    ``means`` ``(K, D)``, ``variances`` ``(K, D)`` (> 0), ``weights`` ``(K,)`` (>= 0, normalised here).
-    ``score``, ``log_prob``, ``laplacian`` take ``x`` ``(N, D)`` and a float ``t`` (``t_min`` ≈ data).
-    """
-
-    def __init__(self, means: Tensor, variances: Tensor, weights: Tensor, schedule: Schedule) -> None:
-        self.schedule = _check_schedule(schedule)
-        means = _check_x(means, "means")
-        variances = _check_x(variances, "variances")
-        if means.dim() != 2 or variances.shape != means.shape:
-            raise ValueError(
-                f"means and variances must both have shape (K, D), got {tuple(means.shape)} and "
-                f"{tuple(variances.shape)}"
-            )
-        if bool((variances <= 0).any()):
-            raise ValueError(f"variances must be > 0, got min {float(variances.min()):g}")
-        for name, a in (("means", means), ("variances", variances)):
-            if float(a.abs().amax()) > 1e8:
-                raise ValueError(f"{name} must have max |value| <= 1e8, got {float(a.abs().amax()):.3g}")
-        if not isinstance(weights, Tensor) or weights.shape != (len(means),):
-            got = tuple(weights.shape) if isinstance(weights, Tensor) else type(weights).__name__
-            raise ValueError(f"weights must be a tensor of shape ({len(means)},), got {got}")
-        weights = _check_x(weights.reshape(-1, 1), "weights").reshape(-1)
-        if bool((weights < 0).any()) or float(weights.sum()) <= 0:
-            raise ValueError("weights must be >= 0 with a positive sum")
-        self.means = means
-        self.variances = variances.to(means.dtype)
-        self.weights = (weights / weights.sum()).to(means.dtype)
-
-    @property
-    def dim(self) -> int:
-        return self.means.shape[1]
-
-    @classmethod
-    def power_law(
-        cls,
-        dim: int,
-        n_components: int,
-        schedule: Schedule,
-        mean_norm: float = 3.0,
-        var_range: tuple[float, float] = (1.0, 1e-3),
-        jitter: float = 0.2,
-        seed: int = 0,
-        dtype: torch.dtype = torch.float64,
-    ) -> GaussianMixture:
-        """Image-like mixture: equal weights, random means of norm ``mean_norm``, diagonal variances on a
-        power law from ``var_range[0]`` down to ``var_range[1]`` (log-jittered by ``jitter`` per entry)."""
-        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
-            raise ValueError(f"dim must be a positive int, got {dim!r}")
-        if isinstance(n_components, bool) or not isinstance(n_components, int) or n_components < 1:
-            raise ValueError(f"n_components must be a positive int, got {n_components!r}")
-        hi, lo = float(var_range[0]), float(var_range[1])
-        if not (hi > 0 and lo > 0):
-            raise ValueError(f"var_range must be two positive floats, got {var_range!r}")
-        g = make_generator(seed)
-        mu = torch.randn(n_components, dim, generator=g, dtype=torch.float64)
-        mu = mu / mu.norm(dim=1, keepdim=True) * float(mean_norm)
-        base = torch.logspace(math.log10(hi), math.log10(lo), dim, dtype=torch.float64)
-        var = base * torch.exp(
-            float(jitter) * torch.randn(n_components, dim, generator=g, dtype=torch.float64)
-        )
-        return cls(mu.to(dtype), var.to(dtype), torch.ones(n_components, dtype=dtype), schedule)
-
-    def _marginal(self, t: float) -> tuple[Tensor, Tensor]:
-        a, s = self.schedule.alpha(t), self.schedule.sigma(t)
-        return a * self.means, a * a * self.variances + s * s
-
-    def _parts(self, x: Tensor, t: float) -> tuple[Tensor, Tensor, Tensor]:
-        """Per-component log-terms ``(N, K)`` (with the log-weights), the marginal means ``(K, D)`` and
-        variances ``(K, D)``; quadratic forms by matrix products (no ``(N, K, D)`` tensor)."""
-        x = _check_x(x, "x")
-        if x.dim() != 2 or x.shape[1] != self.dim:
-            raise ValueError(f"x must have shape (N, {self.dim}), got {tuple(x.shape)}")
-        if float(x.detach().abs().amax()) > 1e8:
-            raise ValueError(
-                f"x must have max |x| <= 1e8 (its quadratic forms overflow), got {float(x.detach().abs().amax()):.3g}"
-            )
-        m, v = self._marginal(_check_time(t, self.schedule))
-        m, v = m.to(x.dtype), v.to(x.dtype)
-        iv = 1.0 / v
-        quad = (x * x) @ iv.T - 2.0 * x @ (m * iv).T + (m * m * iv).sum(1)[None]
-        logn = -0.5 * quad - 0.5 * torch.log(2 * math.pi * v).sum(-1)[None]
-        return logn + torch.log(self.weights.to(x.dtype))[None], m, v
-
-    def log_prob(self, x: Tensor, t: float) -> Tensor:
-        """``log p_t(x)`` ``(N,)``."""
-        logc, _, _ = self._parts(x, t)
-        return torch.logsumexp(logc, dim=1)
-
-    def responsibilities(self, x: Tensor, t: float) -> Tensor:
-        """Posterior component probabilities ``(N, K)`` under ``p_t``."""
-        logc, _, _ = self._parts(x, t)
-        return torch.softmax(logc, dim=1)
-
-    def score(self, x: Tensor, t: float) -> Tensor:
-        """``∇ log p_t(x) = Σ_k w_k(x) (α μ_k - x) / v_k`` ``(N, D)``."""
-        logc, m, v = self._parts(x, t)
-        w = torch.softmax(logc, dim=1)
-        return w @ (m / v) - x * (w @ (1.0 / v))
-
-    def laplacian(self, x: Tensor, t: float) -> Tensor:
-        """``Δ log p_t(x) = Σ_k w_k (‖(x - α μ_k)/v_k‖² - Σ 1/v_k) - ‖s‖²`` ``(N,)``."""
-        logc, m, v = self._parts(x, t)
-        w = torch.softmax(logc, dim=1)
-        iv, iv2 = 1.0 / v, 1.0 / (v * v)
-        s = w @ (m * iv) - x * (w @ iv)
-        g2 = (x * x) @ iv2.T - 2.0 * x @ (m * iv2).T + (m * m * iv2).sum(1)[None]  # (N, K)
-        per = g2 - iv.sum(1)[None]
-        return (w * per).sum(1) - (s * s).sum(1)
-
-    def sample(self, n: int, generator: torch.Generator | None = None, seed: int | None = None) -> Tensor:
-        """``n`` draws from the data distribution ``p_0`` (the mixture itself) ``(n, D)``."""
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"n must be a positive int, got {n!r}")
-        g = make_generator(seed, generator)
-        k = torch.multinomial(self.weights, n, replacement=True, generator=g)
-        eps = torch.randn(n, self.dim, generator=g, dtype=self.means.dtype)
-        return self.means[k] + eps * self.variances[k].sqrt()
-
-
 # ------------------------------------------------------------------------------------ small trained model
 
 
@@ -1051,13 +735,10 @@ class ScoreMLP(nn.Module):
         self, dim: int, schedule: Schedule, hidden: int = 256, layers: int = 3, seed: int = 0
     ) -> None:
         super().__init__()
-        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
-            raise ValueError(f"dim must be a positive int, got {dim!r}")
-        if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 1:
-            raise ValueError(f"hidden must be a positive int, got {hidden!r}")
-        if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
-            raise ValueError(f"layers must be a positive int, got {layers!r}")
-        self.schedule = _check_schedule(schedule)
+        dim = check_int(dim, "dim", low=1)
+        hidden = check_int(hidden, "hidden", low=1)
+        layers = check_int(layers, "layers", low=1)
+        self.schedule = _schedule(schedule)
         self.dim = dim
         self.register_buffer("freqs", torch.arange(1, 9, dtype=torch.float32) * 0.25)
         with isolated_rng(seed):
@@ -1076,13 +757,9 @@ class ScoreMLP(nn.Module):
 
     def forward(self, x: Tensor, t: float | Tensor) -> Tensor:
         """``ε̂(x, t)`` ``(N, D)`` for ``x`` ``(N, D)`` and a float ``t`` (or per-sample times ``(N,)``)."""
-        x = _check_x(x, "x")
-        if x.dim() != 2 or x.shape[1] != self.dim:
-            raise ValueError(f"x must have shape (N, {self.dim}), got {tuple(x.shape)}")
-        if float(x.detach().abs().amax()) > 1e6:
-            raise ValueError(f"x must have max |x| <= 1e6, got {float(x.detach().abs().amax()):.3g}")
+        x = check_tensor(x, "x", shape=(None, self.dim), non_empty=True, max_abs=1e6)
         if not isinstance(t, Tensor):
-            t = _check_time(t, self.schedule)
+            t = check_float(t, "t", low=0.0, high=self.schedule.t_max, low_open=True)
         if isinstance(t, Tensor):
             lam = torch.tensor([self.schedule.log_snr(float(v)) for v in t.reshape(-1)], dtype=torch.float64)
         else:
@@ -1106,16 +783,12 @@ def train_score_model(
     touched: draws come from ``generator`` / ``seed``). Validates before changing the model."""
     if not isinstance(model, ScoreMLP):
         raise TypeError(f"model must be a ScoreMLP, got {type(model).__name__}")
-    data = _check_x(data, "data")
-    if data.dim() != 2 or data.shape[1] != model.dim:
-        raise ValueError(f"data must have shape (N, {model.dim}), got {tuple(data.shape)}")
+    data = check_tensor(data, "data", shape=(None, model.dim), non_empty=True, max_abs=1e6)
     if float(data.std()) == 0.0:
         raise ValueError("data must not be constant, got std=0.0")
-    if float(data.abs().max()) > 1e6:
-        raise ValueError(f"data must have max |x| <= 1e6, got {float(data.abs().max()):.3g}")
-    steps = _check_int("steps", steps, 1)
-    batch_size = _check_int("batch_size", batch_size, 1)
-    lr = _check_float("lr", lr, 0.0, low_open=True)
+    steps = check_int(steps, "steps", low=1)
+    batch_size = check_int(batch_size, "batch_size", low=1)
+    lr = check_float(lr, "lr", low=0.0, low_open=True)
     g = make_generator(seed, generator)
     sched = model.schedule
     lo, hi = sched.log_snr(sched.t_max), sched.log_snr(sched.t_min)

@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from icml25.generative_models.density_guidance import _check_float, _check_int, _check_x
+from icml25.kernels.checks import check_choice, check_float, check_int, check_tensor
 from icml25.kernels.optim import Adam
 from icml25.kernels.rng import isolated_rng, make_generator
 
@@ -62,31 +62,28 @@ COUPLINGS = ("independent", "ot", "vae")
 KERNELS = ("ve", "linear")
 
 
-def _check_choice(name: str, value: object, choices: Sequence[str]) -> str:
-    if not isinstance(value, str) or value not in choices:
-        raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
-    return value
+# Generic rules come from icml25.kernels.checks; the helpers below add only what is specific to consistency
+# models' arguments (a noise range, a batch of states, per-sample noise levels).
 
 
-def _check_sigmas(sigma_min: object, sigma_max: object, sigma_data: object) -> tuple[float, float, float]:
-    lo = _check_float("sigma_min", sigma_min, 0.0, low_open=True)
-    hi = _check_float("sigma_max", sigma_max, 0.0, low_open=True)
-    sd = _check_float("sigma_data", sigma_data, 0.0, low_open=True)
+def _sigmas(sigma_min: object, sigma_max: object, sigma_data: object) -> tuple[float, float, float]:
+    lo = check_float(sigma_min, "sigma_min", low=0.0, low_open=True)
+    hi = check_float(sigma_max, "sigma_max", low=0.0, low_open=True)
+    sd = check_float(sigma_data, "sigma_data", low=0.0, low_open=True)
     if lo >= hi:
         raise ValueError(f"sigma_min must be < sigma_max, got sigma_min={lo:g} >= sigma_max={hi:g}")
     return lo, hi, sd
 
 
-def _check_state(x: object, name: str, limit: float = 1e6) -> Tensor:
+def _state(x: object, name: str, limit: float = 1e6) -> Tensor:
     """A finite, non-empty float tensor ``(N, *event)`` with ``max |x| <= limit`` (squares must not overflow)."""
-    x = _check_x(x, name)
-    peak = float(x.detach().abs().amax())
-    if peak > limit:
-        raise ValueError(f"{name} must have max |value| <= {limit:.3g}, got {peak:.3g}")
+    x = check_tensor(x, name, non_empty=True, max_abs=limit)
+    if x.dim() < 2:
+        raise ValueError(f"{name} must have shape (N, *event) with at least 2 dims, got {tuple(x.shape)}")
     return x
 
 
-def _check_t(t: object, x: Tensor, name: str = "t") -> Tensor:
+def _times(t: object, x: Tensor, name: str = "t") -> Tensor:
     """A time: a float, or a finite tensor of shape () or (N,) matching ``x``."""
     if isinstance(t, Tensor):
         if not t.is_floating_point():
@@ -96,7 +93,7 @@ def _check_t(t: object, x: Tensor, name: str = "t") -> Tensor:
         if not bool(torch.isfinite(t).all()) or bool((t < 0).any()):
             raise ValueError(f"{name} must be finite and >= 0, got {t.tolist()}")
         return t
-    return torch.tensor(_check_float(name, t, 0.0))
+    return torch.tensor(check_float(t, name, low=0.0))
 
 
 def _bcast(t: Tensor, x: Tensor) -> Tensor:
@@ -116,15 +113,15 @@ class VEKernel:
     name = "ve"
 
     def __init__(self, sigma_min: float = 0.002, sigma_max: float = 80.0, sigma_data: float = 0.5) -> None:
-        self.sigma_min, self.sigma_max, self.sigma_data = _check_sigmas(sigma_min, sigma_max, sigma_data)
+        self.sigma_min, self.sigma_max, self.sigma_data = _sigmas(sigma_min, sigma_max, sigma_data)
 
     def _args(self, x: object, t: object, eps: object) -> tuple[Tensor, Tensor, Tensor]:
-        x, eps = _check_state(x, "x"), _check_state(eps, "eps")
+        x, eps = _state(x, "x"), _state(eps, "eps")
         if x.shape != eps.shape:
             raise ValueError(
                 f"x and eps must have the same shape, got {tuple(x.shape)} and {tuple(eps.shape)}"
             )
-        return x, _bcast(_check_t(t, x), x), eps
+        return x, _bcast(_times(t, x), x), eps
 
     def forward(self, x: Tensor, t: Tensor | float, eps: Tensor) -> Tensor:
         x, t, eps = self._args(x, t, eps)
@@ -187,7 +184,7 @@ class LinearKernel(VEKernel):
 def _make_kernel(kernel: object, sigma_min: float, sigma_max: float, sigma_data: float) -> VEKernel:
     if isinstance(kernel, VEKernel):
         return kernel
-    name = _check_choice("kernel", kernel, KERNELS)
+    name = check_choice(kernel, "kernel", KERNELS)
     return (VEKernel if name == "ve" else LinearKernel)(sigma_min, sigma_max, sigma_data)
 
 
@@ -199,10 +196,10 @@ class ToyMLP(nn.Module):
 
     def __init__(self, dim: int = 2, hidden: int = 256, depth: int = 3, n_freq: int = 8) -> None:
         super().__init__()
-        self.dim = _check_int("dim", dim, 1)
-        _check_int("hidden", hidden, 1)
-        _check_int("depth", depth, 1)
-        self.register_buffer("freqs", math.pi * 2.0 ** torch.arange(_check_int("n_freq", n_freq, 1)))
+        self.dim = check_int(dim, "dim", low=1)
+        check_int(hidden, "hidden", low=1)
+        check_int(depth, "depth", low=1)
+        self.register_buffer("freqs", math.pi * 2.0 ** torch.arange(check_int(n_freq, "n_freq", low=1)))
         layers: list[nn.Module] = []
         width = dim + 2 * n_freq
         for _ in range(depth):
@@ -212,7 +209,7 @@ class ToyMLP(nn.Module):
         self.net = nn.Sequential(*layers)
 
     def forward(self, x: Tensor, c_noise: Tensor, class_labels: Tensor | None = None) -> Tensor:
-        x = _check_state(x, "x")
+        x = _state(x, "x")
         if x.dim() != 2 or x.shape[1] != self.dim:
             raise ValueError(f"x must have shape (N, {self.dim}), got {tuple(x.shape)}")
         if not isinstance(c_noise, Tensor) or not bool(torch.isfinite(c_noise).all()):
@@ -244,11 +241,11 @@ class NoiseEncoder(nn.Module):
         if not callable(net):
             raise TypeError(f"net must be an nn.Module F(x, c_noise, labels), got {type(net).__name__}")
         self.net = net
-        self.sigma_data = _check_float("sigma_data", sigma_data, 0.0, low_open=True)
+        self.sigma_data = check_float(sigma_data, "sigma_data", low=0.0, low_open=True)
         self.dim: int | None = None  # the vector dimension of an MLP encoder (checked), else None
 
-    def _check_input(self, x: object, name: str) -> Tensor:
-        x = _check_state(x, name)
+    def _valid_input(self, x: object, name: str) -> Tensor:
+        x = _state(x, name)
         if self.dim is not None and (x.dim() != 2 or x.shape[1] != self.dim):
             raise ValueError(
                 f"{name} must have shape (N, {self.dim}) for this MLP encoder, got {tuple(x.shape)}"
@@ -258,11 +255,11 @@ class NoiseEncoder(nn.Module):
     @classmethod
     def mlp(cls, dim: int = 2, hidden: int = 64, depth: int = 2, sigma_data: float = 0.5) -> NoiseEncoder:
         """The toy encoder ``dim → hidden^depth → 2·dim`` (SiLU)."""
-        _check_int("dim", dim, 1)
+        check_int(dim, "dim", low=1)
         layers: list[nn.Module] = []
         width = dim
-        for _ in range(_check_int("depth", depth, 1)):
-            layers += [nn.Linear(width, _check_int("hidden", hidden, 1)), nn.SiLU()]
+        for _ in range(check_int(depth, "depth", low=1)):
+            layers += [nn.Linear(width, check_int(hidden, "hidden", low=1)), nn.SiLU()]
             width = hidden
         layers.append(nn.Linear(width, 2 * dim))
         enc = cls(_VectorNet(nn.Sequential(*layers)), sigma_data)
@@ -270,7 +267,7 @@ class NoiseEncoder(nn.Module):
         return enc
 
     def forward(self, x: Tensor, class_labels: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        x = self._check_input(x, "x")
+        x = self._valid_input(x, "x")
         out = self.net(
             x / self.sigma_data, torch.zeros(x.shape[0], dtype=x.dtype, device=x.device), class_labels
         )
@@ -305,7 +302,7 @@ class _VectorNet(nn.Module):
 
 def gaussian_kl(mu: Tensor, sigma: Tensor) -> Tensor:
     """``KL(N(μ, σ²) ‖ N(0, 1))`` summed over all but the batch dim (σ + 1e-8, as the reference)."""
-    mu, sigma = _check_state(mu, "mu"), _check_state(sigma, "sigma")
+    mu, sigma = _state(mu, "mu"), _state(sigma, "sigma")
     if mu.shape != sigma.shape:
         raise ValueError(
             f"mu and sigma must have the same shape, got {tuple(mu.shape)} and {tuple(sigma.shape)}"
@@ -319,8 +316,8 @@ def gaussian_kl(mu: Tensor, sigma: Tensor) -> Tensor:
 
 def pseudo_huber(delta: Tensor, c: float) -> Tensor:
     """Elementwise pseudo-Huber ``sqrt(Δ² + c²) - c``."""
-    delta = _check_state(delta, "delta", 1e15)
-    c = _check_float("c", c, 0.0, low_open=True)
+    delta = _state(delta, "delta", 1e15)
+    c = check_float(c, "c", low=0.0, low_open=True)
     return torch.sqrt(delta**2 + c**2) - c
 
 
@@ -342,12 +339,12 @@ class ConsistencyModel(nn.Module):
         if not callable(net):
             raise TypeError(f"net must be an nn.Module F(x, c_noise, labels), got {type(net).__name__}")
         self.net = net
-        self.kernel = _make_kernel(kernel, *_check_sigmas(sigma_min, sigma_max, sigma_data))
+        self.kernel = _make_kernel(kernel, *_sigmas(sigma_min, sigma_max, sigma_data))
         self.sigma_min, self.sigma_max = self.kernel.sigma_min, self.kernel.sigma_max
         self.sigma_data = self.kernel.sigma_data
 
-    def _check_input(self, x: object, name: str, limit: float = 1e6) -> Tensor:
-        x = _check_state(x, name, limit)
+    def _valid_input(self, x: object, name: str, limit: float = 1e6) -> Tensor:
+        x = _state(x, name, limit)
         if isinstance(self.net, ToyMLP) and (x.dim() != 2 or x.shape[1] != self.net.dim):
             raise ValueError(
                 f"{name} must have shape (N, {self.net.dim}) for this ToyMLP, got {tuple(x.shape)}"
@@ -355,8 +352,8 @@ class ConsistencyModel(nn.Module):
         return x
 
     def denoise(self, x_t: Tensor, t: Tensor | float, labels: Tensor | None = None) -> Tensor:
-        x_t = self._check_input(x_t, "x_t", 1e6 * self.sigma_max)
-        t = _bcast(_check_t(t, x_t), x_t)
+        x_t = self._valid_input(x_t, "x_t", 1e6 * self.sigma_max)
+        t = _bcast(_times(t, x_t), x_t)
         if bool((t < self.sigma_min).any()):
             raise ValueError(f"t must be >= sigma_min={self.sigma_min:g}, got min {float(t.min()):g}")
         c_in, c_skip, c_out = self.kernel.scalings(t)
@@ -371,9 +368,9 @@ class ConsistencyModel(nn.Module):
 
 def karras_sigmas(n: int, sigma_min: float = 0.002, sigma_max: float = 80.0, rho: float = 7.0) -> Tensor:
     """``σ_i = (σ_min^{1/ρ} + i/(n-1) (σ_max^{1/ρ} - σ_min^{1/ρ}))^ρ``, ``i = 0 .. n-1`` (float64)."""
-    n = _check_int("n", n, 2)
-    lo, hi, _ = _check_sigmas(sigma_min, sigma_max, 1.0)
-    rho = _check_float("rho", rho, 0.0, low_open=True)
+    n = check_int(n, "n", low=2)
+    lo, hi, _ = _sigmas(sigma_min, sigma_max, 1.0)
+    rho = check_float(rho, "rho", low=0.0, low_open=True)
     r = torch.arange(n, dtype=torch.float64) / (n - 1)
     return (lo ** (1 / rho) + r * (hi ** (1 / rho) - lo ** (1 / rho))) ** rho
 
@@ -382,7 +379,7 @@ def ot_coupling(x: Tensor, eps: Tensor) -> Tensor:
     """Minibatch OT: the permutation ``p`` minimising ``Σ_i ‖x_i - ε_{p_i}‖²`` (exact assignment)."""
     from scipy.optimize import linear_sum_assignment
 
-    x, eps = _check_state(x, "x", 1e15), _check_state(eps, "eps", 1e15)
+    x, eps = _state(x, "x", 1e15), _state(eps, "eps", 1e15)
     if x.shape != eps.shape:
         raise ValueError(f"x and eps must have the same shape, got {tuple(x.shape)} and {tuple(eps.shape)}")
     cost = torch.cdist(x.detach().flatten(1).double(), eps.detach().flatten(1).double()) ** 2
@@ -424,27 +421,27 @@ class ImprovedConsistencyTraining:
         if not isinstance(model, ConsistencyModel):
             raise TypeError(f"model must be a ConsistencyModel, got {type(model).__name__}")
         self.model = model
-        self.total_steps = _check_int("total_steps", total_steps, 1)
-        self.coupling = _check_choice("coupling", coupling, COUPLINGS)
+        self.total_steps = check_int(total_steps, "total_steps", low=1)
+        self.coupling = check_choice(coupling, "coupling", COUPLINGS)
         if self.coupling == "vae" and not isinstance(encoder, NoiseEncoder):
             raise ValueError(
                 f"coupling='vae' needs encoder=NoiseEncoder(...) emitting 2*C channels, got {type(encoder).__name__}"
             )
         self.encoder = encoder if self.coupling == "vae" else None
-        self.kl_scale = _check_float("kl_scale", kl_scale, 0.0)
-        self.s0, self.s1 = _check_int("s0", s0, 1), _check_int("s1", s1, 1)
+        self.kl_scale = check_float(kl_scale, "kl_scale", low=0.0)
+        self.s0, self.s1 = check_int(s0, "s0", low=1), check_int(s1, "s1", low=1)
         if self.s0 > self.s1:
             raise ValueError(f"s0 must be <= s1, got s0={self.s0} > s1={self.s1}")
-        self.rho = _check_float("rho", rho, 0.0, low_open=True)
-        self.p_mean = _check_float("p_mean", p_mean)
-        self.p_std = _check_float("p_std", p_std, 0.0, low_open=True)
-        self.loss_type = _check_choice("loss", loss, ("huber", "l2"))
+        self.rho = check_float(rho, "rho", low=0.0, low_open=True)
+        self.p_mean = check_float(p_mean, "p_mean")
+        self.p_std = check_float(p_std, "p_std", low=0.0, low_open=True)
+        self.loss_type = check_choice(loss, "loss", ("huber", "l2"))
         self.detach_encoder = bool(detach_encoder)
 
     # ---- schedule
     def n_scales(self, step: int) -> int:
         """``N(k) = min(s0 2^⌊k/K'⌋, s1) + 1``, ``K' = ⌊K / (log2⌊s1/s0⌋ + 1)⌋``."""
-        step = _check_int("step", step, 0)
+        step = check_int(step, "step", low=0)
         k_prime = max(1, math.floor(self.total_steps / (math.log2(math.floor(self.s1 / self.s0)) + 1)))
         return min(self.s0 * 2 ** (step // k_prime), self.s1) + 1
 
@@ -481,7 +478,7 @@ class ImprovedConsistencyTraining:
         self, x: Tensor, step: int, labels: Tensor | None = None, generator: torch.Generator | None = None
     ) -> tuple[Tensor, dict[str, Any]]:
         """The batch-mean iCT(-VC) loss at training step ``step`` and its parts (``'consistency'``, ``'kl'``)."""
-        x = self.model._check_input(x, "x")
+        x = self.model._valid_input(x, "x")
         sig = self.sigmas(step).to(x.dtype)
         idx = torch.multinomial(
             self.index_probs(sig.double()), x.shape[0], replacement=True, generator=generator
@@ -530,19 +527,19 @@ class ImprovedConsistencyTraining:
         """Train ``total_steps`` steps of Adam on θ (and φ), minibatches drawn from ``data`` (a tensor, sampled
         with replacement, or ``fn(batch_size, generator)``); returns the EMA model (also ``self.ema``)."""
         if isinstance(data, Tensor):
-            data = self.model._check_input(data, "data")
+            data = self.model._valid_input(data, "data")
             if self.encoder is not None:
-                self.encoder._check_input(data, "data")
+                self.encoder._valid_input(data, "data")
         elif not callable(data):
             raise TypeError(
                 f"data must be a tensor (N, *event) or a callable (n, generator), got {type(data).__name__}"
             )
-        batch_size = _check_int("batch_size", batch_size, 1)
-        lr = _check_float("lr", lr, 0.0, low_open=True)
-        ema_decay = _check_float("ema_decay", ema_decay, 0.0)
+        batch_size = check_int(batch_size, "batch_size", low=1)
+        lr = check_float(lr, "lr", low=0.0, low_open=True)
+        ema_decay = check_float(ema_decay, "ema_decay", low=0.0)
         if ema_decay >= 1.0:
             raise ValueError(f"ema_decay must be in [0, 1), got {ema_decay:g}")
-        grad_clip = _check_float("grad_clip", grad_clip, 0.0)
+        grad_clip = check_float(grad_clip, "grad_clip", low=0.0)
         g = make_generator(seed)
         self.ema = copy.deepcopy(self.model).requires_grad_(False)
         params = self.parameters()
@@ -594,9 +591,9 @@ def consistency_sample(
         raise TypeError(f"model must be a ConsistencyModel, got {type(model).__name__}")
     if isinstance(shape, (int, np.integer)):
         shape = (int(shape),)
-    shape = tuple(_check_int("shape", int(s) if isinstance(s, np.integer) else s, 1) for s in shape)
-    steps = _check_int("steps", steps, 1)
-    ts = [_check_float("mid_t", v) for v in mid_t]
+    shape = tuple(check_int(s, "shape", low=1) for s in shape)
+    steps = check_int(steps, "steps", low=1)
+    ts = [check_float(v, "mid_t") for v in mid_t]
     if any(not model.sigma_min < v < model.sigma_max for v in ts):
         raise ValueError(
             f"mid_t must lie in (sigma_min, sigma_max) = ({model.sigma_min:g}, {model.sigma_max:g}), got {ts}"
@@ -605,7 +602,7 @@ def consistency_sample(
         raise ValueError(f"mid_t must be strictly decreasing, got {ts}")
     if steps - 1 > len(ts):
         raise ValueError(f"steps must be <= len(mid_t) + 1 = {len(ts) + 1}, got {steps}")
-    coupling = _check_choice("coupling", coupling, ("independent", "ot"))
+    coupling = check_choice(coupling, "coupling", ("independent", "ot"))
     if encoder is not None and not isinstance(encoder, NoiseEncoder):
         raise TypeError(f"encoder must be a NoiseEncoder or None, got {type(encoder).__name__}")
     g = make_generator(None, generator)

@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from icml25.generative_models.common.metrics import high_freq_energy
 from icml25.generative_models.density_guidance import (
     GaussianMixture,
     SampleResult,
@@ -51,7 +52,6 @@ from icml25.generative_models.density_guidance import (
     stochastic_density_guidance_sample,
     train_score_model,
 )
-from icml25.generative_models.experiments.tarflow import high_freq_energy
 from icml25.kernels.experiment import (
     Check,
     Report,

@@ -41,7 +41,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from icml25.generative_models.bilevel import sliced_wasserstein
+from icml25.generative_models.common.metrics import sliced_wasserstein
 from icml25.generative_models.urae import apply_lora_adapters, apply_svd_adapters, flow_matching_finetune_step
 from icml25.kernels.experiment import (
     Check,

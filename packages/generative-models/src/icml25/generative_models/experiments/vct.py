@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from icml25.generative_models.bilevel import sliced_wasserstein
+from icml25.generative_models.common.metrics import sliced_wasserstein
 from icml25.generative_models.vct import (
     ConsistencyModel,
     ImprovedConsistencyTraining,
@@ -198,7 +198,15 @@ def gap_mass(x: torch.Tensor) -> float:
     return float((x[:, 1].abs() < 0.25).double().mean())
 
 
-def _train(setting: Setting, coupling: str, seed: int, detach_encoder: bool = False):
+def eval_points(setting: Setting, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``n_eval`` evaluation points of ``seed`` (drawn once, shared by both arms and the encoder window)
+    and the state of their generator after the draw, from which each arm's evaluation continues."""
+    g = torch.Generator().manual_seed(10_007 + seed)
+    points = two_gaussians(setting.n_eval, g)
+    return points, g.get_state()
+
+
+def _train(setting: Setting, coupling: str, seed: int, points: torch.Tensor, detach_encoder: bool = False):
     torch.manual_seed(seed)
     model = ConsistencyModel(ToyMLP(2, setting.hidden, 3))
     enc = NoiseEncoder.mlp(2, 64, 2) if coupling == "vae" else None
@@ -209,7 +217,6 @@ def _train(setting: Setting, coupling: str, seed: int, detach_encoder: bool = Fa
     window: list[tuple[torch.Tensor, torch.Tensor]] = []  # the encoder's (μ, σ) on the evaluation points
     callback = None
     if enc is not None and setting.prior_window:
-        points = two_gaussians(setting.n_eval, torch.Generator().manual_seed(10_007 + seed))
         first = setting.steps - setting.prior_window
 
         def callback(step: int, info: dict) -> None:
@@ -224,9 +231,10 @@ def _train(setting: Setting, coupling: str, seed: int, detach_encoder: bool = Fa
     return trainer, ema, window
 
 
-def _eval_arm(setting, trainer, ema, window, seed: int, prefix: str, m: dict, store: dict) -> None:
-    g = torch.Generator().manual_seed(10_007 + seed)
-    fresh = two_gaussians(setting.n_eval, g)
+def _eval_arm(setting, trainer, ema, window, seed: int, points, prefix: str, m: dict, store: dict) -> None:
+    fresh, state = points
+    g = torch.Generator()
+    g.set_state(state)  # each arm continues from the draw of the points, as if it had drawn them itself
     with torch.no_grad():
         for tag, net in (("ema", ema), ("raw", trainer.model)):
             one = consistency_sample(
@@ -282,14 +290,14 @@ def evaluate(
     store: dict = {}
     seeds = [seed + s for s in range(setting.n_seeds)]
     for s in progress(seeds, desc="P37 VC"):
-        trainer, ema, window = _train(setting, "vae", s, detach_encoder)
-        _eval_arm(setting, trainer, ema, window, s, "vc", m, store)
+        points = eval_points(setting, s)
+        trainer, ema, window = _train(setting, "vae", s, points[0], detach_encoder)
+        _eval_arm(setting, trainer, ema, window, s, points, "vc", m, store)
         if setting.baseline:
-            trainer, ema, window = _train(setting, "independent", s)
-            _eval_arm(setting, trainer, ema, window, s, "baseline_independent", m, store)
+            trainer, ema, window = _train(setting, "independent", s, points[0])
+            _eval_arm(setting, trainer, ema, window, s, points, "baseline_independent", m, store)
         else:  # the independent coupling's noise, measured on the same points (no training needed)
-            g = torch.Generator().manual_seed(10_007 + s)
-            fresh, eps = two_gaussians(setting.n_eval, g), None
+            fresh = points[0]
             eps = torch.randn(fresh.shape, generator=torch.Generator().manual_seed(s))
             up = fresh[:, 1] > 0
             m[f"baseline_independent_separation_s{s}"] = float(eps[up, 1].mean() - eps[~up, 1].mean())
