@@ -113,6 +113,9 @@ class Setting:
     """Sign agreement of score alignment with finite differences, at least (ours 99%)."""
     trained_steps: int = 0
     """Training steps of the digits ε-MLP (full 3,000; quick 0: no trained model)."""
+    trained_lr: float = 2e-3
+    """Adam learning rate of the digits ε-MLP at batch 256 (a stand-in for the paper's pretrained EDM/SD
+    models: no paper value; ours 2e-3)."""
     trained_qs: tuple[float, ...] = (0.42, 0.5, 0.58)
     """DG quantiles with the trained digits model."""
     trained_latents: int = 100
@@ -334,7 +337,9 @@ def _trained_part(setting: Setting, seed: int) -> tuple[dict[str, float], dict]:
     data = torch.tensor(load_digits().data / 8.0 - 1.0, dtype=torch.float32)  # (1797, 64) in [-1, 1]
     model = ScoreMLP(64, sched, hidden=256, layers=3, seed=seed)
     t0 = time.perf_counter()
-    losses = train_score_model(model, data, steps=setting.trained_steps, batch_size=256, lr=2e-3, seed=seed)
+    losses = train_score_model(
+        model, data, steps=setting.trained_steps, batch_size=256, lr=setting.trained_lr, seed=seed
+    )
     m: dict[str, float] = {
         "trained_final_loss": float(np.mean(losses[-100:])),
         "trained_train_seconds": time.perf_counter() - t0,

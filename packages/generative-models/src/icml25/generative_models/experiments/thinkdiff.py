@@ -83,13 +83,21 @@ class Setting:
     """One reproduction scale (paper: Qwen2-VL-7B, FLAN-T5-XXL, FLUX.1-dev, CC3M/CC12M/SBU)."""
 
     t5_steps: int
-    """Autoencoder steps of the tiny T5 (paper: a pretrained FLAN-T5-XXL; ours 400, quick 150, at lr 3e-3)."""
+    """Autoencoder steps of the tiny T5 (paper: a pretrained FLAN-T5-XXL; ours 400, quick 150)."""
     vlm_steps: int
     """Steps of the toy VLM (paper: a pretrained Qwen2-VL; ours 800 at batch 128, quick 500 at batch 32)."""
     aligner_steps: int
-    """Aligner steps at batch 64 (paper ~5 h at batch 32 on 4 A100; ours 400, quick 150) at lr 1e-3 (paper 1e-4)."""
+    """Aligner steps at batch 64 (paper ~5 h at batch 32 on 4 A100; ours 400, quick 150)."""
     flow_steps: int
     """Rectified-flow decoder steps at batch 128 (paper: the pretrained FLUX.1-dev; ours 4,000; quick 0 = no diffusion)."""
+    aligner_lr: float = 1e-3
+    """Adam learning rate of the aligner (paper 1e-4 over ~5 h; ours 1e-3 for a few hundred steps)."""
+    t5_lr: float = 3e-3
+    """Adam learning rate of the tiny T5 autoencoder (a stand-in for the pretrained FLAN-T5: no paper value)."""
+    vlm_lr: float = 2e-3
+    """Adam learning rate of the toy VLM (a stand-in for the pretrained Qwen2-VL: no paper value)."""
+    flow_lr: float = 1e-3
+    """Adam learning rate of the flow decoder (a stand-in for the pretrained FLUX.1-dev: no paper value)."""
     vlm_batch: int = 128
     """Toy-VLM batch (ours 128, quick 32)."""
     random_split_arm: bool = True
@@ -185,7 +193,7 @@ def train_t5(setting: Setting, seed: int) -> torch.nn.Module:
     k = np.repeat(np.arange(10), 2)
     ids = captions(k, np.tile([0, 1], 10))
     inp, _ = with_eos(ids, torch.ones_like(ids))
-    opt = torch.optim.Adam(t5.parameters(), lr=3e-3)
+    opt = torch.optim.Adam(t5.parameters(), lr=setting.t5_lr)
     t5.train()
     for _ in progress(range(setting.t5_steps), desc="T5 autoencoder"):
         loss = t5(input_ids=inp, labels=inp).loss
@@ -203,7 +211,7 @@ def train_vlm(setting: Setting, data: dict[str, np.ndarray], seed: int) -> ToyVL
     vlm = ToyVLM(VOCAB, d=setting.d, seed=seed)
     g = make_generator(seed + 1)
     X, y = torch.from_numpy(data["Xtr"]).reshape(-1, 8, 8), torch.from_numpy(data["ytr"])
-    opt = torch.optim.Adam(vlm.parameters(), lr=2e-3)
+    opt = torch.optim.Adam(vlm.parameters(), lr=setting.vlm_lr)
     start = vlm.n_image_tokens  # position of the instruction: it predicts the first answer token
     B = setting.vlm_batch
     for _ in progress(range(setting.vlm_steps), desc="VLM"):
@@ -237,7 +245,7 @@ def train_flow(
     g = make_generator(seed + 2)
     X, y = torch.from_numpy(data["Xtr"]) * 2 - 1, torch.from_numpy(data["ytr"])
     enc, mask = encode_captions(t5, torch.arange(10).repeat(2), torch.arange(2).repeat_interleave(10))
-    opt = torch.optim.Adam(flow.parameters(), lr=1e-3)
+    opt = torch.optim.Adam(flow.parameters(), lr=setting.flow_lr)
     for _ in progress(range(setting.flow_steps), desc="flow decoder"):
         idx = torch.randint(len(X), (128,), generator=g)
         c = y[idx] + 10 * torch.randint(2, (128,), generator=g)  # which caption of the label
@@ -283,7 +291,14 @@ def fit_aligner(t5, feats, mask, ids, setting: Setting, seed: int, split: str) -
         {"feats": feats[i], "feat_mask": mask[i], "token_ids": ids[i]} for i in perm.split(64) if len(i) == 64
     ]
     train_aligner(
-        al, batches, t5, setting.aligner_steps, lr=1e-3, retokenize=with_eos, split=split, seed=seed
+        al,
+        batches,
+        t5,
+        setting.aligner_steps,
+        lr=setting.aligner_lr,
+        retokenize=with_eos,
+        split=split,
+        seed=seed,
     )
     return al
 
