@@ -522,3 +522,17 @@ def test_readme_example_prints_its_numbers(capsys: pytest.CaptureFixture[str]) -
     cs = namespace["cs"]
     assert_weight_invariants(cs, namespace["groups"])
     assert cs.n_strong_queries <= 0.5 * 2000 * 5
+
+
+def test_the_split_modules_are_one_api() -> None:
+    """The oracles and the fair cost live in their own modules (issue 82); the old path and the area namespace
+    give the same objects."""
+    import icml25.causal_discovery as cd
+    from icml25.causal_discovery import fair_coreset_cost, fair_coreset_oracles
+
+    for module, names in (
+        (fair_coreset_oracles, ("CORRUPTIONS", "StrongOracle", "WeakOracle", "robust_distance")),
+        (fair_coreset_cost, ("fair_cost", "proportional_bounds")),
+    ):
+        for name in names:
+            assert getattr(fc, name) is getattr(module, name) is getattr(cd, name)

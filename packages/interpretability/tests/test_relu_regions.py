@@ -375,3 +375,17 @@ def test_broken_variant_fails_the_quick_gate(quick_report) -> None:
     assert not all(results.values())
     assert not results["every TriangleNet run has exactly 16 linear regions after pretraining"]
     assert not results["max |to_mlp - closed_form| after pretraining <= 1e-10"]
+
+
+def test_the_split_modules_are_one_api() -> None:
+    """The counter and the training recipe live in their own modules (issue 82); the old path and the area
+    namespace give the same objects."""
+    import icml25.interpretability as ip
+    from icml25.interpretability import relu_regions, relu_regions_count, relu_regions_training
+
+    for name in ("RegionCount", "count_linear_regions_1d"):
+        assert getattr(relu_regions, name) is getattr(relu_regions_count, name) is getattr(ip, name)
+    for name in ("FitResult", "fit_1d"):
+        assert getattr(relu_regions, name) is getattr(relu_regions_training, name) is getattr(ip, name)
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        relu_regions.nope  # noqa: B018

@@ -185,7 +185,7 @@ def test_adjoint_matches_the_torch_reference_with_aux_and_mixed_sensor_sizes() -
     P0 = torch.eye(2, dtype=D).requires_grad_()
     wts = torch.randn(6, 2, 2, generator=g, dtype=D)
     outs = []
-    for fn in (cdkf._integrate_bound, cdkf._integrate_bound_reference):
+    for fn in (cdkf.integrate_bound, cdkf._integrate_bound_reference):
         P = fn(sde, sens, lam, t, P0, u, 2)
         outs.append((P.detach(), *torch.autograd.grad((P * wts).sum(), [lam, u, P0])))
     sym = [lambda x: x, lambda x: x, lambda x: x, lambda x: 0.5 * (x + x.mT)]  # P0 enters symmetric
@@ -451,3 +451,21 @@ def test_diverging_bound_raises_a_clear_error() -> None:
     with pytest.raises(ValueError, match="smaller T"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         mean_cov_bound(sde, [Sensor([1.0], 0.1)], np.zeros(10), np.linspace(0, 300, 11), [[1.0]])
+
+
+def test_the_split_modules_are_one_api() -> None:
+    """The models, the control and the filter live in their own modules (issue 82); the old path and the area
+    namespace give the same objects."""
+    import icml25.rl as rl
+    from icml25.rl import cdkf_control, cdkf_models, cdkf_schedules
+
+    for module in (cdkf_models, cdkf_control, cdkf_schedules):
+        for name in module.__all__:
+            if name in cdkf.__all__:
+                assert getattr(cdkf, name) is getattr(module, name) is getattr(rl, name)
+    assert set(cdkf.__all__) <= {*cdkf_models.__all__, *cdkf_control.__all__, *cdkf_schedules.__all__} | {
+        "kalman_update",
+        "mean_cov_bound",
+    }
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        cdkf.nope  # noqa: B018

@@ -26,17 +26,18 @@ if TYPE_CHECKING:  # the name -> module map of the lazy namespace (icml25.kernel
     )
     from icml25.causal_discovery.fair_coreset import (
         ASSIGNMENTS,
-        CORRUPTIONS,
         Coreset,
         FairCoreset,
         MetricWarning,
+        build_fair_coreset,
+        uniform_coreset,
+    )
+    from icml25.causal_discovery.fair_coreset_cost import fair_cost, proportional_bounds
+    from icml25.causal_discovery.fair_coreset_oracles import (
+        CORRUPTIONS,
         StrongOracle,
         WeakOracle,
-        build_fair_coreset,
-        fair_cost,
-        proportional_bounds,
         robust_distance,
-        uniform_coreset,
     )
     from icml25.causal_discovery.mag_listing import (
         MAG,

@@ -139,15 +139,13 @@ if TYPE_CHECKING:  # the name -> module map of the lazy namespace (icml25.kernel
         train_synthetic_icl,
     )
     from icml25.interpretability.relu_regions import (
-        FitResult,
-        RegionCount,
         TriangleActivation,
         TriangleNet,
-        count_linear_regions_1d,
-        fit_1d,
         kaiming_mlp,
         triangle_wave,
     )
+    from icml25.interpretability.relu_regions_count import RegionCount, count_linear_regions_1d
+    from icml25.interpretability.relu_regions_training import FitResult, fit_1d
     from icml25.interpretability.role_separation import (
         ASSISTANT,
         ROLES,

@@ -14,23 +14,15 @@ from icml25.kernels.lazy import lazy_namespace
 from icml25.rl.maze import register_envs
 
 if TYPE_CHECKING:  # the name -> module map of the lazy namespace (icml25.kernels.lazy)
-    from icml25.rl.cdkf import (
-        AuxDynamics,
-        AuxPath,
+    from icml25.rl.cdkf import kalman_update, mean_cov_bound
+    from icml25.rl.cdkf_control import ObjectiveTerms, RateSchedule, control_objective, optimize_rates
+    from icml25.rl.cdkf_models import AuxDynamics, AuxPath, LinearSDE, Sensor, aux_trajectory
+    from icml25.rl.cdkf_schedules import (
         FilterResult,
-        LinearSDE,
         MonteCarloResult,
-        ObjectiveTerms,
-        RateSchedule,
-        Sensor,
-        aux_trajectory,
         cdkf_filter,
-        control_objective,
         deterministic_schedule,
-        kalman_update,
-        mean_cov_bound,
         monte_carlo,
-        optimize_rates,
         poisson_schedule,
     )
     from icml25.rl.datasets import trajectories, validate_offline_dataset

@@ -34,15 +34,9 @@ import numpy as np
 from sklearn.datasets import make_blobs
 from threadpoolctl import threadpool_limits
 
-from icml25.causal_discovery.fair_coreset import (
-    Coreset,
-    StrongOracle,
-    WeakOracle,
-    build_fair_coreset,
-    fair_cost,
-    proportional_bounds,
-    uniform_coreset,
-)
+from icml25.causal_discovery.fair_coreset import Coreset, build_fair_coreset, uniform_coreset
+from icml25.causal_discovery.fair_coreset_cost import fair_cost, proportional_bounds
+from icml25.causal_discovery.fair_coreset_oracles import StrongOracle, WeakOracle
 from icml25.kernels.experiment import (
     Check,
     Report,

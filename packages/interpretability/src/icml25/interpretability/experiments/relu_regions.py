@@ -30,12 +30,9 @@ from pathlib import Path
 
 import torch
 
-from icml25.interpretability.relu_regions import (
-    TriangleNet,
-    count_linear_regions_1d,
-    fit_1d,
-    kaiming_mlp,
-)
+from icml25.interpretability.relu_regions import TriangleNet, kaiming_mlp
+from icml25.interpretability.relu_regions_count import count_linear_regions_1d
+from icml25.interpretability.relu_regions_training import fit_1d
 from icml25.kernels.experiment import (
     Check,
     Report,

@@ -46,16 +46,9 @@ from icml25.kernels.experiment import (
     seed_everything,
     threshold_text,
 )
-from icml25.rl.cdkf import (
-    AuxDynamics,
-    LinearSDE,
-    MonteCarloResult,
-    RateSchedule,
-    Sensor,
-    control_objective,
-    monte_carlo,
-    optimize_rates,
-)
+from icml25.rl.cdkf_control import RateSchedule, control_objective, optimize_rates
+from icml25.rl.cdkf_models import AuxDynamics, LinearSDE, Sensor
+from icml25.rl.cdkf_schedules import MonteCarloResult, monte_carlo
 
 PAPER = "P46"
 CLAIM = (
