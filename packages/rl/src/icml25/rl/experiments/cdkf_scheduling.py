@@ -82,6 +82,9 @@ class Setting:
     """Monte Carlo evaluation grid: this many points per control interval (1,000 points in full mode)."""
     n_splits: int = 41
     """Grid over the split of the expected cost between the two sensors for the best constant baseline."""
+    lr: float = 0.2
+    """Adam learning rate on the sigmoid logits of the rates, main and auxiliary variant (the paper solves by
+    direct transcription and names no optimiser settings; ours 0.2)."""
     aux_steps: int = 200
     """Adam steps of the auxiliary variant (full mode only)."""
     max_ratio: float = 0.8
@@ -212,7 +215,7 @@ def evaluate(
     omega = time_weight(setting, t)
     sched = optimize_rates(
         sde, sens, setting.T, setting.lam_max, P0=P0, M=setting.M, W=W_POS, time_weight=omega,
-        steps=setting.steps, lr=0.2, n_pieces=n_pieces,
+        steps=setting.steps, lr=setting.lr, n_pieces=n_pieces,
     )  # fmt: skip
     opt_seconds = time.perf_counter() - t0
     cost = expected_cost(sched.rates, t, sens)
@@ -286,7 +289,7 @@ def aux_variant(setting: Setting, sde: LinearSDE, P0: torch.Tensor) -> dict[str,
     aux = AuxDynamics.integrator([2.0], control_cost=0.1)
     sched = optimize_rates(
         sde, sens, setting.T, setting.lam_max, P0=P0, M=setting.M, W=W_POS, aux=aux, steps=setting.aux_steps,
-        lr=0.2,
+        lr=setting.lr,
     )  # fmt: skip
     u = sched.aux_traj[:, 0]  # type: ignore[index]
     t = sched.t_grid
