@@ -51,9 +51,7 @@ KNOWN = frozenset(
         # rules 2 and 3: another paper's module
         "paper: icml25.federated.fedgo (P10) imports icml25.federated.fedceo (P50)",
         "paper: icml25.generative_models.experiments.vimts (P35) imports icml25.generative_models.forecasting.visionts (P25)",
-        "paper: icml25.interpretability.experiments.gridtom (P42) imports icml25.interpretability.icl_heads (P51)",
         "paper: icml25.interpretability.experiments.saeuron (P19) imports icml25.interpretability.sae (P22)",
-        "paper: icml25.interpretability.gridtom (P42) imports icml25.interpretability.icl_heads (P51)",
         "paper: icml25.interpretability.saeuron (P19) imports icml25.interpretability.sae.base (P22)",
         "paper: icml25.interpretability.saeuron (P19) imports icml25.interpretability.sae.training (P22)",
         "paper: icml25.llm_efficiency.experiments.pencil (P11) imports icml25.llm_efficiency.meap (P04)",

@@ -1222,3 +1222,42 @@ def test_saeuron_arguments_go_through_the_shared_checks() -> None:
         ip.ddpm_sample(_p19_ddpm(), torch.tensor([0.0, 1.0]))
     with pytest.raises(ValueError, match=r"^t must be an int in \[0, 1\], got 2"):
         ip.intervene(_P19_ACTS, _P19_SAE, _P19_PLAN, 2)
+
+
+def test_gridtom_and_icl_heads_arguments_go_through_the_shared_checks() -> None:
+    """Issue 81: P42 (gridtom, gridtom_toy), P51 (icl_heads and its split modules) and the shared head site
+    validate with ``icml25.kernels.checks``: no private ``_check_int`` / ``_check_ids`` / ``_check_scores`` /
+    ``_check_shots`` / ``_check_X`` of their own, and the shared messages."""
+    import importlib
+
+    for name in ("gridtom", "gridtom_toy", "icl_heads", "icl_heads_toy", "icl_heads_prompts", "common.heads"):
+        module = importlib.import_module(f"icml25.interpretability.{name}")
+        assert not {"_check_int", "_check_ids", "_check_scores", "_check_shots", "_check_X"} & set(
+            vars(module)
+        )
+    with pytest.raises(TypeError, match=r"^n_pairs must be an int >= 1, got float 1\.5"):
+        ip.generate_gridtom_lite(1.5)  # type: ignore[arg-type]
+    with pytest.raises(
+        ValueError, match=r"^triggers\[1\] must be one of \['leave', 'door', 'both'\], got 'x'"
+    ):
+        ip.generate_gridtom_lite(2, triggers=("door", "x"))
+    with pytest.raises(ValueError, match=r"^lr must be a finite float in \(0\.0, inf\), got nan"):
+        ip.train_gridtom_lm(_p42_model(), steps=1, lr=float("nan"))
+    with pytest.raises(TypeError, match=r"^inputs must be a int tensor"):
+        ip.collect_head_activations(_p42_model(), _P42_IDS.float())
+    with pytest.raises(ValueError, match=r"^X must have 4 dimension\(s\)"):
+        ip.probe_heads(_P42_X[0], _P42_Y[:2])
+    with pytest.raises(ValueError, match=r"^alpha must be a finite float, got inf"):
+        with ip.steer(_p42_model(), [], float("inf")):
+            pass
+    with pytest.raises(ValueError, match=r"^scores must be finite \(no NaN or inf\)"):
+        ip.select_heads(torch.tensor([[0.0, float("nan")]]), 1)
+    with pytest.raises(ValueError, match=r"^layers\[1\] must be an int in \[0, 1\], got 2"):
+        ip.random_heads((2, 3), 1, layers=[0, 2])
+    with pytest.raises(ValueError, match=r"^n_shots must be an int >= 2, got 1"):
+        ip.fv_scores(_icl_model(), _T5, n_shots=1, n_prompts=2)
+    with pytest.raises(ValueError, match=r"^mean_acts must have shape \(1, 2, 8\)"):
+        with ip.ablate_heads(_icl_model(), [(0, 1)], torch.zeros(1, 2, 4)):
+            pass
+    with pytest.raises(TypeError, match=r"^n_tasks must be an int >= 1, got bool True"):
+        ip.make_synthetic_icl_tasks(True)  # type: ignore[arg-type]

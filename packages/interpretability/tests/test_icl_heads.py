@@ -177,7 +177,7 @@ def test_query_among_the_demos_warns() -> None:
 
 def test_mean_activation_shape_is_checked() -> None:
     with (
-        pytest.raises(ValueError, match=r"mean_acts must be \[L, H, d_head\] = \(2, 4, 8\)"),
+        pytest.raises(ValueError, match=r"mean_acts must have shape \(2, 4, 8\)"),
         ih.ablate_heads(_model(), [(0, 0)], torch.zeros(2, 4, 7)),
     ):
         pass

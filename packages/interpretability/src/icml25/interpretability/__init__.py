@@ -11,6 +11,11 @@ from typing import TYPE_CHECKING
 from icml25.kernels.lazy import lazy_namespace
 
 if TYPE_CHECKING:  # the name -> module map of the lazy namespace (icml25.kernels.lazy)
+    from icml25.interpretability.common.heads import (
+        HeadActivationSite,
+        random_heads,
+        select_heads,
+    )
     from icml25.interpretability.deception_probes import (
         AGGREGATIONS,
         CONTROL,
@@ -94,48 +99,51 @@ if TYPE_CHECKING:  # the name -> module map of the lazy namespace (icml25.kernel
         typographic_attack,
     )
     from icml25.interpretability.gridtom import (
-        GRIDTOM_VOCAB,
-        GridToMEpisode,
         HeadIntervention,
         HeadProbeResult,
         build_interventions,
         collect_head_activations,
+        probe_heads,
+        random_directions,
+        steer,
+        sweep_alpha_k,
+        top_k_heads,
+    )
+    from icml25.interpretability.gridtom_toy import (
+        GRIDTOM_VOCAB,
+        GridToMEpisode,
         generate_gridtom_lite,
         gridtom_gpt2,
         gridtom_training_batch,
         last_token_logits,
-        probe_heads,
         question_prompts,
-        random_directions,
         render_tokens,
         statement_prompts,
-        steer,
-        sweep_alpha_k,
-        top_k_heads,
         train_gridtom_lm,
     )
     from icml25.interpretability.icl_heads import (
         ABLATION_MODES,
         FVScores,
-        HeadActivationSite,
-        ICLPrompt,
-        ICLTask,
-        ICLTemplate,
-        TinyICLTransformer,
         ablate_heads,
-        build_prompt,
         fv_scores,
         icl_accuracy,
         induction_score_from_attention,
         induction_scores,
-        make_synthetic_icl_tasks,
         mean_head_activations,
-        random_heads,
         random_token_activations,
-        sample_prompts,
-        select_heads,
-        tiny_llama,
         token_loss_difference,
+    )
+    from icml25.interpretability.icl_heads_prompts import (
+        ICLPrompt,
+        ICLTask,
+        ICLTemplate,
+        build_prompt,
+        sample_prompts,
+    )
+    from icml25.interpretability.icl_heads_toy import (
+        TinyICLTransformer,
+        make_synthetic_icl_tasks,
+        tiny_llama,
         train_synthetic_icl,
     )
     from icml25.interpretability.relu_regions import (

@@ -44,9 +44,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from icml25.interpretability.common.heads import HeadActivationSite
 from icml25.interpretability.gridtom import (
-    NO,
-    YES,
     GridToMEpisode,
     HeadIntervention,
     HeadProbeResult,
@@ -63,7 +62,7 @@ from icml25.interpretability.gridtom import (
     top_k_heads,
     train_gridtom_lm,
 )
-from icml25.interpretability.icl_heads import HeadActivationSite
+from icml25.interpretability.gridtom_toy import NO, YES
 from icml25.kernels.experiment import (
     Check,
     Report,
