@@ -127,6 +127,32 @@ def test_fv_scores_batched_over_heads_equals_the_loop() -> None:
     assert a.scores.abs().max() > 0  # the patches do change the output (guards the silent no-op bug)
 
 
+def test_random_label_corruption_breaks_every_pair_and_the_label_set() -> None:
+    task = TASKS["f0"]
+    truth = {x[0]: y[0] for x, y in task.pairs}
+    changed_sets = 0
+    for seed in range(30):  # one prompt a seed: the same demos and query before the labels are corrupted
+        c, s, r = (
+            ih.sample_prompts(task, 1, 6, seed=seed, shuffle_labels=sh, random_labels=rl)[0]
+            for sh, rl in ((False, False), (True, False), (False, True))
+        )
+        cx, sx, rx = (p.input_ids[1:-1].view(-1, 3) for p in (c, s, r))  # rows: x y ;
+        assert torch.equal(cx[:, 0], sx[:, 0]) and torch.equal(cx[:, 0], rx[:, 0])
+        assert int(c.input_ids[-1]) == int(s.input_ids[-1]) == int(r.input_ids[-1]) and c.target == r.target
+        # a shuffle keeps the set of labels shown (it identifies a bijection); random labels are all wrong
+        assert sorted(sx[:, 1].tolist()) == sorted(cx[:, 1].tolist())
+        assert all(y != truth[x] for x, y in rx[:, :2].tolist())
+        changed_sets += sorted(rx[:, 1].tolist()) != sorted(cx[:, 1].tolist())
+    assert changed_sets >= 25
+    with pytest.raises(ValueError, match="at most one"):
+        ih.sample_prompts(task, 2, 4, shuffle_labels=True, random_labels=True)
+    m = _model()
+    sc = ih.fv_scores(m, {"f0": task}, n_shots=4, n_prompts=5, corruption="random_labels").scores
+    assert sc.shape == (2, 4) and sc.abs().max() > 0
+    with pytest.raises(ValueError, match="corruption"):
+        ih.fv_scores(m, {"f0": task}, n_shots=4, n_prompts=5, corruption="zeros")
+
+
 def test_select_heads_exclusion_count_and_fraction_floor() -> None:
     g = torch.Generator().manual_seed(0)
     for _ in range(20):

@@ -305,11 +305,14 @@ def fv_scores(
     n_prompts: int = 100,
     seed: int = 0,
     batch_heads: bool = True,
+    corruption: str = "shuffle",
 ) -> FVScores:
     """FV score of every head: the causal indirect effect (probability after softmax of the query's first
     answer token) of writing the head's task-mean final-token activation (over ``n_prompts`` clean prompts)
-    into ``n_prompts`` label-shuffled prompts, head by head, averaged over prompts and ``tasks``.
-    ``batch_heads`` patches all heads of a layer in one forward (one prompt copy per head)."""
+    into ``n_prompts`` corrupted prompts, head by head, averaged over prompts and ``tasks``.
+    ``batch_heads`` patches all heads of a layer in one forward (one prompt copy per head). ``corruption``:
+    ``"shuffle"`` (the paper's: the demos' labels permuted among them) or ``"random_labels"`` (each label
+    replaced by another of the task's labels; see :func:`sample_prompts`)."""
     site = as_head_site(model)
     if not isinstance(tasks, Mapping) or not tasks or not all(isinstance(t, ICLTask) for t in tasks.values()):
         raise ValueError("tasks must be a non-empty {name: ICLTask} mapping")
@@ -318,12 +321,16 @@ def fv_scores(
         if n_shots + 1 > len(t.pairs):
             raise ValueError(f"n_shots must be < the {len(t.pairs)} pairs of task {t.name!r}, got {n_shots}")
     check_int(n_prompts, "n_prompts", low=1)
+    check_choice(corruption, "corruption", ("shuffle", "random_labels"))
     per_task, per_mean = {}, {}
     for k, (name, task) in enumerate(tasks.items()):
         s = seed * 1_000_003 + 2 * k
         clean = sample_prompts(task, n_prompts, n_shots, template, seed=s)
         mean = mean_head_activations(site, clean)
-        corrupt = sample_prompts(task, n_prompts, n_shots, template, seed=s + 1, shuffle_labels=True)
+        corrupt = sample_prompts(
+            task, n_prompts, n_shots, template, seed=s + 1, shuffle_labels=corruption == "shuffle",
+            random_labels=corruption == "random_labels",
+        )  # fmt: skip
         per_task[name] = _cie(site, corrupt, mean, batch_heads)
         per_mean[name] = mean
     scores = torch.stack(list(per_task.values())).mean(0)

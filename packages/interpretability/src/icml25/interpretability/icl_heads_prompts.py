@@ -88,17 +88,27 @@ def build_prompt(demos: Sequence[tuple[Sequence[int], Sequence[int]]], query: tu
 
 
 def sample_prompts(task: ICLTask, n_prompts: int, n_shots: int, template: ICLTemplate = DEFAULT_TEMPLATE,
-                   seed: int = 0, shuffle_labels: bool = False) -> list[ICLPrompt]:  # fmt: skip
-    """``n_prompts`` prompts of ``n_shots`` demos and a query, all ``n_shots + 1`` pairs distinct; with
-    ``shuffle_labels`` the demos' labels are permuted among the demos (the corrupted prompts of the CIE)."""
+                   seed: int = 0, shuffle_labels: bool = False, random_labels: bool = False) -> list[ICLPrompt]:  # fmt: skip
+    """``n_prompts`` prompts of ``n_shots`` demos and a query, all ``n_shots + 1`` pairs distinct. Two ways
+    to corrupt the demos (the corrupted prompts of the CIE): ``shuffle_labels`` permutes their labels among
+    them (the paper's); ``random_labels`` replaces each label by one drawn uniformly from the task's other
+    labels, so the set of labels shown no longer tells which task it is (with tasks that share one label
+    vocabulary, such as bijections of one word set, a shuffled label set still does)."""
     if not isinstance(task, ICLTask):
         raise TypeError(f"task must be an ICLTask, got {type(task).__name__}")
+    if shuffle_labels and random_labels:
+        raise ValueError("shuffle_labels and random_labels are two corruptions: pass at most one")
     check_int(n_shots, "n_shots", low=2 if shuffle_labels else 1)
     if n_shots + 1 > len(task.pairs):
         raise ValueError(
             f"n_shots must be < the {len(task.pairs)} pairs of task {task.name!r}, got {n_shots}"
         )
     check_int(n_prompts, "n_prompts", low=1)
+    labels = sorted({tuple(y) for _, y in task.pairs})
+    if random_labels and len(labels) < 2:
+        raise ValueError(
+            f"random_labels needs a task with 2 or more distinct labels, {task.name!r} has {len(labels)}"
+        )
     g = make_generator(seed)
     out = []
     for _ in range(n_prompts):
@@ -107,5 +117,8 @@ def sample_prompts(task: ICLTask, n_prompts: int, n_shots: int, template: ICLTem
         if shuffle_labels:
             perm = torch.randperm(n_shots, generator=g).tolist()
             demos = [(demos[i][0], demos[p][1]) for i, p in enumerate(perm)]
+        elif random_labels:
+            draws = torch.randint(len(labels) - 1, (n_shots,), generator=g).tolist()
+            demos = [(x, [lab for lab in labels if lab != tuple(y)][d]) for (x, y), d in zip(demos, draws)]
         out.append(build_prompt(demos, task.pairs[idx[-1]], template, task.name))
     return out
