@@ -127,6 +127,13 @@ class Setting:
     schedule_warmup: int = 100
     """θ_y-only warm-up steps before θ_z and ψ move (reference: 2 of 3 epochs)."""
     schedule_T: int = 100
+    schedule_lr: float = 1e-3
+    """Adam learning rate of the schedule bilevel's lower (ε-model) and upper (schedule) levels (reference
+    1e-3, as here)."""
+    schedule_delta: float = 0.01
+    """Zeroth-order smoothing radius δ of the schedule hypergradient (reference 0.01, as here)."""
+    reference_lr: float = 0.1
+    """Projected step of the reference's recipe for λ, reported beside the gated one (reference 0.1, as here)."""
     """Diffusion steps T of the two-moons DDPM (ours: 100)."""
     schedule_eval: int = 512
     """DDIM-50 samples per upper-metric evaluation (ours: 512; reference 36 for FID)."""
@@ -269,7 +276,8 @@ def evaluate(setting: Setting, seed: int = 0, out_dir: str | Path | None = None,
 
     # the reference's recipe: gamma = 1, projected step 0.1, lam0 = 5, 10 iterations (reported)
     ref = EntropyStrengthTuner(
-        ExactTiltSampler(gmm), r2, r1, gamma=1.0, lr=0.1, lam0=5.0, n_samples=setting.n_samples, seed=seed,
+        ExactTiltSampler(gmm), r2, r1, gamma=1.0, lr=setting.reference_lr, lam0=setting.default_lam,
+        n_samples=setting.n_samples, seed=seed,
         sign=sign,
     )  # fmt: skip
     ref.run(10)
@@ -393,7 +401,7 @@ def _schedule_part(setting: Setting, seed: int, traces: dict) -> dict[str, float
 
     def bilevel(schedule: LearnableCosineSchedule, steps: int, fixed: bool) -> NoiseScheduleBilevel:
         opt = NoiseScheduleBilevel(
-            lambda: MoonsEps(T), schedule, metric, train, gamma=1.0, delta=0.01, lr=1e-3, batch_size=128,
+            lambda: MoonsEps(T), schedule, metric, train, gamma=1.0, delta=setting.schedule_delta, lr=setting.schedule_lr, batch_size=128,
             warmup=steps if fixed else setting.schedule_warmup, seed=seed,
         )  # fmt: skip
         for _ in progress(range(steps), desc="P30 schedule" + (" (fixed)" if fixed else "")):

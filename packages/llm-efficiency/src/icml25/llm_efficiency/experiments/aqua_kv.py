@@ -75,6 +75,9 @@ class Setting:
     or None to keep it in 16 bits (official ``--not_quantize_first_layer``; quick, skips building the grid)."""
     gqa_train_steps: int
     """Training steps of a GQA variant (2 KV heads) reported without a threshold (full: 200; quick: 0, none)."""
+    train_lr: float = 3e-3
+    """AdamW learning rate of that training, weight decay 0 (paper: pretrained models, no training; ours
+    3e-3 for a few hundred steps)."""
     higgs_d: int = 2
     """HIGGS vector dimension (paper's ~2-bit setting: d=2, n=16; both modes)."""
     higgs_n: int = 16
@@ -179,12 +182,14 @@ def tiny_llama(n_layers: int, kv_heads: int = 4, seed: int = 0) -> torch.nn.Modu
         return LlamaForCausalLM(config).eval()
 
 
-def train_tiny_llama(model: torch.nn.Module, steps: int, seed: int, length: int = 128) -> float:
+def train_tiny_llama(
+    model: torch.nn.Module, steps: int, seed: int, length: int = 128, lr: float = 3e-3
+) -> float:
     """``steps`` AdamW steps of next-token training on the Markov stream (batch 16); returns the last loss.
 
     A fixed step count (not a wall-time budget) keeps the run deterministic across machines.
     """
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     model.train()
     loss_val = math.nan
     bar = progress(range(steps), desc="train tiny Llama", unit="step")
@@ -213,7 +218,7 @@ def _gqa_ratios(s: Setting, seed: int, cal_batches: list, eval_batches: list):
     groups of the KV width: the same bits per value, no padding.
     """
     gqa = tiny_llama(s.n_layers, kv_heads=2, seed=seed)
-    train_tiny_llama(gqa, s.gqa_train_steps, seed)
+    train_tiny_llama(gqa, s.gqa_train_steps, seed, lr=s.train_lr)
     group = min(s.group, gqa.config.num_key_value_heads * gqa.config.head_dim)
     quant = HiggsQuantizer(d=s.higgs_d, n=s.higgs_n, group=group, seed=seed)
     first = (
@@ -270,7 +275,7 @@ def run(quick: bool = True, seed: int = 0, out_dir: str | Path | None = None) ->
     model = tiny_llama(s.n_layers, seed=seed)
     metrics: dict[str, float] = {}
     if s.train_steps:
-        metrics["train_loss"] = train_tiny_llama(model, s.train_steps, seed)
+        metrics["train_loss"] = train_tiny_llama(model, s.train_steps, seed, lr=s.train_lr)
     cal = markov_stream(VOCAB, s.n_calibration, s.calibration_length, table_seed=seed, sample_seed=1)
     held = markov_stream(VOCAB, s.n_eval, s.eval_length, table_seed=seed, sample_seed=2)
     cal_batches = list(cal.split(8))
