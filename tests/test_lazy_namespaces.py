@@ -23,7 +23,7 @@ EAGER = {"rl": {"icml25.rl.maze"}}
 BROKEN = {
     "causal-discovery": "icml25.causal_discovery.tfl",
     "federated": "icml25.federated.cl_peft_select",
-    "generative-models": "icml25.generative_models.playmate",
+    "generative-models": "icml25.generative_models.playmate_training",
     "interpretability": "icml25.interpretability.task_vectors",
     "llm-efficiency": "icml25.llm_efficiency.sparge",
     "rl": "icml25.rl.sable",

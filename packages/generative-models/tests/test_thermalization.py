@@ -608,7 +608,7 @@ def test_level_accuracy_of_an_exact_classifier():
     assert acc == {0: 1.0, 5: 1.0, 20: 1.0}
     stuck = oracle_thermalizer(T=T, level=0)
     assert stuck.level_accuracy(torch.randn(8, 8), [0, 2, 3], tolerance=2) == {0: 1.0, 2: 1.0, 3: 0.0}
-    with pytest.raises(ValueError, match=r"levels\[i\] must be an int in \[0, 50\)"):
+    with pytest.raises(ValueError, match=r"levels\[0\] must be an int in \[0, 49\], got 50"):
         th.level_accuracy(x, [50])
     with pytest.raises(ValueError, match="tolerance must be an int >= 0"):
         th.level_accuracy(x, [1], tolerance=-1)

@@ -83,14 +83,13 @@ if TYPE_CHECKING:  # the name -> module map of the lazy namespace (icml25.kernel
     )
     from icml25.generative_models.copula_multimodal import (
         BivariateCopula,
-        CopulaFusionClassifier,
-        CopulaFusionNet,
         CopulaJoint,
         GaussianMixtureMarginal,
         copula_log_cdf,
         copula_log_density,
         sample_gumbel_copula,
     )
+    from icml25.generative_models.copula_multimodal_fusion import CopulaFusionClassifier, CopulaFusionNet
     from icml25.generative_models.coupling_flow import CouplingFlow
     from icml25.generative_models.density_guidance import (
         DriftTerms,
@@ -204,17 +203,16 @@ if TYPE_CHECKING:  # the name -> module map of the lazy namespace (icml25.kernel
     )
     from icml25.generative_models.mcmc_extrapolation import (
         Chain,
-        ExtrapolatorLM,
         MaskInfillProposal,
-        SequenceDesignToy,
         SubstitutionProposal,
-        TransformResult,
         as_guide,
         build_pairs,
         energy_target,
         metropolis_hastings,
         select_episode,
     )
+    from icml25.generative_models.mcmc_extrapolation_lm import ExtrapolatorLM, TransformResult
+    from icml25.generative_models.mcmc_extrapolation_toy import SequenceDesignToy
     from icml25.generative_models.moljo import (
         BFNSchedule,
         LigandBFN,
@@ -269,31 +267,31 @@ if TYPE_CHECKING:  # the name -> module map of the lazy namespace (icml25.kernel
         AudioToMotionDiT,
         EmotionControlBranch,
         MotionNormalizer,
-        SyntheticTalkingFaces,
         compose_keypoints,
         guided_velocity,
         mouth_opening,
         pack_motion,
         sample_motion,
-        train_stage1,
-        train_stage2,
         unpack_motion,
     )
+    from icml25.generative_models.playmate_toy import SyntheticTalkingFaces
+    from icml25.generative_models.playmate_training import train_stage1, train_stage2
     from icml25.generative_models.systems import KSETDRK4, energy_spectrum, ks_simulate, lorenz96_simulate
     from icml25.generative_models.tarflow import TarFlow, TrainResult, tarflow_loss, train_flow
     from icml25.generative_models.thermalizer import (
-        ResidualEmulator,
         RolloutResult,
-        Thermalizer,
         choose_levels,
-        cosine_beta_schedule,
         select_levels,
+        thermalized_rollout,
+    )
+    from icml25.generative_models.thermalizer_metrics import (
         spectral_reference,
         spectrum_rmse,
         stability_band,
         stable_mask,
-        thermalized_rollout,
     )
+    from icml25.generative_models.thermalizer_model import Thermalizer, cosine_beta_schedule
+    from icml25.generative_models.thermalizer_nets import ResidualEmulator
     from icml25.generative_models.thinkdiff import (
         FeatureAligner,
         ToyFlowDecoder,

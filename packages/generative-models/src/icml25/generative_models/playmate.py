@@ -21,8 +21,12 @@ the motion-space core:
   takes an emotion label and adds zero-initialised residuals to the frozen stage-1 stream;
 * :func:`guided_velocity` / :func:`sample_motion`: CFG over audio and emotion, Euler sampling, and pose
   replaced by a driving sequence (inpainted along the flow path);
-* :func:`train_stage1` / :func:`train_stage2` and :class:`SyntheticTalkingFaces`, a parametric talking-face
-  generator for CPU-scale checks (no pixels; the renderer that turns keypoints into frames is not included).
+* the training stages, :func:`~icml25.generative_models.playmate_training.train_stage1` /
+  :func:`~icml25.generative_models.playmate_training.train_stage2` (in
+  :mod:`icml25.generative_models.playmate_training`), and
+  :class:`~icml25.generative_models.playmate_toy.SyntheticTalkingFaces`, a parametric talking-face generator
+  for CPU-scale checks (in :mod:`icml25.generative_models.playmate_toy`; no pixels: the renderer that turns
+  keypoints into frames is not included). Both are re-exported here.
 
 Details the paper does not pin down (normalisation statistics, control-branch design, CFG scales) are our
 choices and stay configurable.
@@ -31,81 +35,37 @@ choices and stay configurable.
 from __future__ import annotations
 
 import copy
+import importlib
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
+from icml25.generative_models.playmate_toy import SyntheticTalkingFaces as SyntheticTalkingFaces
+from icml25.kernels.checks import check_float, check_int, check_tensor
 from icml25.kernels.rng import isolated_rng, make_generator
+
+if TYPE_CHECKING:
+    from icml25.generative_models.playmate_training import train_stage1 as train_stage1
+    from icml25.generative_models.playmate_training import train_stage2 as train_stage2
 
 __all__ = [
     "AudioToMotionDiT",
     "EmotionControlBranch",
     "MotionNormalizer",
-    "SyntheticTalkingFaces",
     "compose_keypoints",
     "guided_velocity",
     "mouth_opening",
     "pack_motion",
     "sample_motion",
-    "train_stage1",
-    "train_stage2",
     "unpack_motion",
 ]
 
 ATTRIBUTES = ("exp", "rot", "trans", "scale")
 _MAX_ABS = 1e6
-
-
-# ------------------------------------------------------------------------------------------ validation
-def _tensor(
-    name: str, x: object, ndim: int | tuple[int, ...] | None = None, *, max_abs: float = _MAX_ABS
-) -> Tensor:
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
-    if ndim is not None:
-        dims = (ndim,) if isinstance(ndim, int) else ndim
-        if x.ndim not in dims:
-            raise ValueError(
-                f"{name} must have {' or '.join(map(str, dims))} dimensions, got shape {tuple(x.shape)}"
-            )
-    if x.numel() == 0:
-        raise ValueError(f"{name} must not be empty, got shape {tuple(x.shape)}")
-    finite = torch.isfinite(x)
-    if not bool(finite.all()):
-        n_nan = int(torch.isnan(x).sum())
-        raise ValueError(
-            f"{name} must be finite; got {n_nan} NaN and {int((~finite).sum()) - n_nan} Inf values in a tensor "
-            f"of shape {tuple(x.shape)}"
-        )
-    peak = float(x.abs().max())
-    if peak > max_abs:
-        raise ValueError(f"{name} must have |values| <= {max_abs:g}; got max |value| {peak:.3g}")
-    return x
-
-
-def _positive_int(name: str, v: object, low: int = 1) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(v).__name__}")
-    if int(v) < low:
-        raise ValueError(f"{name} must be >= {low}, got {int(v)}")
-    return int(v)
-
-
-def _real(name: str, v: object, low: float | None = None, high: float | None = None) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer)):
-        raise TypeError(f"{name} must be a real number, got {type(v).__name__}")
-    v = float(v)
-    if not math.isfinite(v):
-        raise ValueError(f"{name} must be finite, got {v}")
-    if (low is not None and v < low) or (high is not None and v > high):
-        raise ValueError(f"{name} must lie in [{low}, {high}], got {v}")
-    return v
 
 
 def motion_dim(n_keypoints: int) -> int:
@@ -151,11 +111,11 @@ def compose_keypoints(canonical: Tensor, exp: Tensor, rot: Tensor, trans: Tensor
     Returns:
         ``[..., K, 3]`` keypoints (leading dimensions broadcast).
     """
-    canonical = _tensor("canonical", canonical)
-    exp = _tensor("exp", exp)
-    rot = _tensor("rot", rot, max_abs=1e4)
-    trans = _tensor("trans", trans)
-    scale = _tensor("scale", scale)
+    canonical = check_tensor(canonical, "canonical", non_empty=True, max_abs=_MAX_ABS)
+    exp = check_tensor(exp, "exp", non_empty=True, max_abs=_MAX_ABS)
+    rot = check_tensor(rot, "rot", non_empty=True, max_abs=1e4)
+    trans = check_tensor(trans, "trans", non_empty=True, max_abs=_MAX_ABS)
+    scale = check_tensor(scale, "scale", non_empty=True, max_abs=_MAX_ABS)
     for name, x in (("canonical", canonical), ("exp", exp)):
         if x.ndim < 2 or x.shape[-1] != 3:
             raise ValueError(f"{name} must have shape [..., K, 3], got {tuple(x.shape)}")
@@ -197,13 +157,13 @@ def pack_motion(motion: Mapping[str, Tensor]) -> Tensor:
     missing = [k for k in ATTRIBUTES if k not in motion]
     if missing:
         raise ValueError(f"motion must have keys {ATTRIBUTES}, missing {missing}")
-    exp = _tensor("exp", motion["exp"])
+    exp = check_tensor(motion["exp"], "exp", non_empty=True, max_abs=_MAX_ABS)
     if exp.ndim < 3 or exp.shape[-1] != 3:
         raise ValueError(f"exp must have shape [..., T, K, 3], got {tuple(exp.shape)}")
     lead = exp.shape[:-2]
     parts = [exp.flatten(-2)]
     for name, width in (("rot", 3), ("trans", 3), ("scale", 1)):
-        x = _tensor(name, motion[name], max_abs=1e4 if name == "rot" else _MAX_ABS)
+        x = check_tensor(motion[name], name, non_empty=True, max_abs=1e4 if name == "rot" else _MAX_ABS)
         if tuple(x.shape) != (*lead, width):
             raise ValueError(f"{name} must have shape {(*lead, width)}, got {tuple(x.shape)}")
         parts.append(x.to(exp.dtype))
@@ -212,8 +172,8 @@ def pack_motion(motion: Mapping[str, Tensor]) -> Tensor:
 
 def unpack_motion(codes: Tensor, n_keypoints: int) -> dict[str, Tensor]:
     """Inverse of :func:`pack_motion`: ``[..., T, 3K + 7]`` -> the attribute dictionary."""
-    k = _positive_int("n_keypoints", n_keypoints)
-    codes = _tensor("codes", codes)
+    k = check_int(n_keypoints, "n_keypoints", low=1)
+    codes = check_tensor(codes, "codes", non_empty=True, max_abs=_MAX_ABS)
     if codes.ndim < 2 or codes.shape[-1] != motion_dim(k):
         raise ValueError(
             f"codes must have shape [..., T, {motion_dim(k)}] for {k} keypoints, got {tuple(codes.shape)}"
@@ -229,7 +189,7 @@ def unpack_motion(codes: Tensor, n_keypoints: int) -> dict[str, Tensor]:
 
 def mouth_opening(exp: Tensor, upper: int, lower: int) -> Tensor:
     """Mouth opening ``δ_exp[upper, y] − δ_exp[lower, y]`` from ``exp`` ``[..., K, 3]`` -> ``[...]``."""
-    exp = _tensor("exp", exp)
+    exp = check_tensor(exp, "exp", non_empty=True, max_abs=_MAX_ABS)
     if exp.ndim < 2 or exp.shape[-1] != 3:
         raise ValueError(f"exp must have shape [..., K, 3], got {tuple(exp.shape)}")
     k = exp.shape[-2]
@@ -253,7 +213,7 @@ class MotionNormalizer:
     """
 
     def __init__(self, n_keypoints: int, mode: str = "attribute") -> None:
-        self.n_keypoints = _positive_int("n_keypoints", n_keypoints)
+        self.n_keypoints = check_int(n_keypoints, "n_keypoints", low=1)
         if mode not in ("attribute", "global"):
             raise ValueError(f"mode must be 'attribute' or 'global', got {mode!r}")
         self.mode = mode
@@ -263,7 +223,7 @@ class MotionNormalizer:
         return motion_dim(self.n_keypoints)
 
     def _check(self, name: str, x: Tensor) -> Tensor:
-        x = _tensor(name, x)
+        x = check_tensor(x, name, non_empty=True, max_abs=_MAX_ABS)
         if x.ndim < 2 or x.shape[-1] != self.dim:
             raise ValueError(f"{name} must have shape [..., T, {self.dim}], got {tuple(x.shape)}")
         return x
@@ -360,17 +320,17 @@ class AudioToMotionDiT(nn.Module):
     def __init__(self, motion_dim: int, audio_dim: int, ref_dim: int, n_frames: int, *, width: int = 96,
                  depth: int = 4, heads: int = 4, n_prev: int = 0, audio_window: int = 2, seed: int = 0) -> None:  # fmt: skip
         super().__init__()
-        self.motion_dim = _positive_int("motion_dim", motion_dim)
-        self.audio_dim = _positive_int("audio_dim", audio_dim)
-        self.ref_dim = _positive_int("ref_dim", ref_dim)
-        self.n_frames = _positive_int("n_frames", n_frames)
-        self.width = _positive_int("width", width, 2)
-        self.depth = _positive_int("depth", depth)
-        heads = _positive_int("heads", heads)
+        self.motion_dim = check_int(motion_dim, "motion_dim", low=1)
+        self.audio_dim = check_int(audio_dim, "audio_dim", low=1)
+        self.ref_dim = check_int(ref_dim, "ref_dim", low=1)
+        self.n_frames = check_int(n_frames, "n_frames", low=1)
+        self.width = check_int(width, "width", low=2)
+        self.depth = check_int(depth, "depth", low=1)
+        heads = check_int(heads, "heads", low=1)
         if self.width % heads or self.width % 2:
             raise ValueError(f"width must be even and divisible by heads ({heads}), got {self.width}")
-        self.n_prev = _positive_int("n_prev", n_prev, 0)
-        self.audio_window = _positive_int("audio_window", audio_window, 0)
+        self.n_prev = check_int(n_prev, "n_prev", low=0)
+        self.audio_window = check_int(audio_window, "audio_window", low=0)
         with isolated_rng(seed):
             w = self.width
             self.in_proj = nn.Linear(self.motion_dim, w)
@@ -395,13 +355,13 @@ class AudioToMotionDiT(nn.Module):
         self, x: Tensor, t: Tensor | float, audio: Tensor, ref: Tensor, prev: Tensor | None
     ) -> tuple:
         """Validate one call's inputs; returns ``(x, t [B], audio, ref, prev)``."""
-        x = _tensor("x", x, 3)
+        x = check_tensor(x, "x", ndim=3, non_empty=True, max_abs=_MAX_ABS)
         b, n_t, d = x.shape
         if d != self.motion_dim:
             raise ValueError(f"x must have {self.motion_dim} motion channels, got shape {tuple(x.shape)}")
         if n_t > self.n_frames:
             raise ValueError(f"x must have at most n_frames={self.n_frames} frames, got {n_t}")
-        audio = _tensor("audio", audio, 3)
+        audio = check_tensor(audio, "audio", ndim=3, non_empty=True, max_abs=_MAX_ABS)
         if audio.shape[0] != b or audio.shape[2] != self.audio_dim:
             raise ValueError(f"audio must have shape [{b}, T, {self.audio_dim}], got {tuple(audio.shape)}")
         if audio.shape[1] != n_t:
@@ -409,16 +369,16 @@ class AudioToMotionDiT(nn.Module):
                 f"audio must have one feature frame per motion frame: audio has {audio.shape[1]} frames, "
                 f"the motion clip has {n_t}"
             )
-        ref = _tensor("ref", ref, 2)
+        ref = check_tensor(ref, "ref", ndim=2, non_empty=True, max_abs=_MAX_ABS)
         if tuple(ref.shape) != (b, self.ref_dim):
             raise ValueError(f"ref must have shape [{b}, {self.ref_dim}], got {tuple(ref.shape)}")
         if isinstance(t, (int, float)) and not isinstance(t, bool):
             t = torch.full((b,), float(t), dtype=x.dtype)
-        t = _tensor("t", t, 1)
+        t = check_tensor(t, "t", ndim=1, non_empty=True, max_abs=_MAX_ABS)
         if t.shape[0] != b or bool((t < 0).any() | (t > 1).any()):
             raise ValueError(f"t must be a [{b}] tensor of times in [0, 1], got shape {tuple(t.shape)}")
         if prev is not None:
-            prev = _tensor("prev", prev, 3)
+            prev = check_tensor(prev, "prev", ndim=3, non_empty=True, max_abs=_MAX_ABS)
             if tuple(prev.shape) != (b, self.n_prev, self.motion_dim) or self.n_prev == 0:
                 raise ValueError(
                     f"prev must have shape [{b}, n_prev={self.n_prev}, {self.motion_dim}] (n_prev > 0), "
@@ -504,8 +464,8 @@ class EmotionControlBranch(nn.Module):
         super().__init__()
         if not isinstance(dit, AudioToMotionDiT):
             raise TypeError(f"dit must be an AudioToMotionDiT, got {type(dit).__name__}")
-        self.n_emotions = _positive_int("n_emotions", n_emotions)
-        n_blocks = dit.depth if n_blocks is None else _positive_int("n_blocks", n_blocks)
+        self.n_emotions = check_int(n_emotions, "n_emotions", low=1)
+        n_blocks = dit.depth if n_blocks is None else check_int(n_blocks, "n_blocks", low=1)
         if n_blocks > dit.depth:
             raise ValueError(f"n_blocks must be <= the DiT's depth {dit.depth}, got {n_blocks}")
         w = dit.width
@@ -570,8 +530,8 @@ def guided_velocity(dit: AudioToMotionDiT, x: Tensor, t: Tensor | float, audio: 
         raise TypeError(f"dit must be an AudioToMotionDiT, got {type(dit).__name__}")
     if branch is not None and not isinstance(branch, EmotionControlBranch):
         raise TypeError(f"branch must be an EmotionControlBranch or None, got {type(branch).__name__}")
-    s_a = _real("cfg_audio", cfg_audio, 0.0, 100.0)
-    s_e = _real("cfg_emotion", cfg_emotion, 0.0, 100.0)
+    s_a = check_float(cfg_audio, "cfg_audio", low=0.0, high=100.0)
+    s_e = check_float(cfg_emotion, "cfg_emotion", low=0.0, high=100.0)
     x, t, audio, ref, prev = dit.check_inputs(x, t, audio, ref, prev)
     b = x.shape[0]
     if emotion is not None and branch is None:
@@ -637,8 +597,8 @@ def sample_motion(dit: AudioToMotionDiT, audio: Tensor, ref: Tensor, *, normaliz
     normalizer._fitted()
     if normalizer.dim != dit.motion_dim:
         raise ValueError(f"normalizer must describe {dit.motion_dim}-dim codes, got {normalizer.dim}")
-    steps = _positive_int("steps", steps)
-    audio = _tensor("audio", audio, 3)
+    steps = check_int(steps, "steps", low=1)
+    audio = check_tensor(audio, "audio", ndim=3, non_empty=True, max_abs=_MAX_ABS)
     b, n_t = audio.shape[:2]
     if n_t > dit.n_frames:
         raise ValueError(f"audio must have at most n_frames={dit.n_frames} frames, got {n_t}")
@@ -651,7 +611,9 @@ def sample_motion(dit: AudioToMotionDiT, audio: Tensor, ref: Tensor, *, normaliz
             raise ValueError("pose must be a mapping with keys 'rot', 'trans' and 'scale'")
         raw = {}
         for key, width in (("rot", 3), ("trans", 3), ("scale", 1)):
-            p = _tensor(f"pose[{key!r}]", pose[key], 3, max_abs=1e4 if key == "rot" else _MAX_ABS)
+            p = check_tensor(
+                pose[key], f"pose[{key!r}]", ndim=3, non_empty=True, max_abs=1e4 if key == "rot" else _MAX_ABS
+            )
             if p.shape[0] != b or p.shape[2] != width:
                 raise ValueError(f"pose[{key!r}] must have shape [{b}, T, {width}], got {tuple(p.shape)}")
             if p.shape[1] < n_t:
@@ -668,7 +630,7 @@ def sample_motion(dit: AudioToMotionDiT, audio: Tensor, ref: Tensor, *, normaliz
         pose_z = normalizer.transform(full)[..., k * 3 :]
     prev_z = None
     if prev is not None:
-        prev_z = normalizer.transform(_tensor("prev", prev, 3))
+        prev_z = normalizer.transform(check_tensor(prev, "prev", ndim=3, non_empty=True, max_abs=_MAX_ABS))
     x0 = torch.randn(b, n_t, d, generator=g, dtype=audio.dtype)
     x = x0.clone()
     dt = 1.0 / steps
@@ -686,267 +648,18 @@ def sample_motion(dit: AudioToMotionDiT, audio: Tensor, ref: Tensor, *, normaliz
     return out
 
 
-# ------------------------------------------------------------------------------------------ training
-def _check_training(dit, normalizer, codes, audio, ref, steps, batch_size, lr):
-    if not isinstance(dit, AudioToMotionDiT):
-        raise TypeError(f"dit must be an AudioToMotionDiT, got {type(dit).__name__}")
-    if not isinstance(normalizer, MotionNormalizer):
-        raise TypeError(f"normalizer must be a fitted MotionNormalizer, got {type(normalizer).__name__}")
-    normalizer._fitted()
-    codes = _tensor("codes", codes, 3)
-    n, n_tot, d = codes.shape
-    if d != dit.motion_dim or normalizer.dim != d:
-        raise ValueError(f"codes must have {dit.motion_dim} channels (the DiT's and normaliser's), got {d}")
-    if n_tot != dit.n_prev + dit.n_frames:
-        raise ValueError(
-            f"codes must hold n_prev + n_frames = {dit.n_prev + dit.n_frames} frames per sequence, got {n_tot}"
-        )
-    audio = _tensor("audio", audio, 3)
-    if tuple(audio.shape) != (n, dit.n_frames, dit.audio_dim):
-        raise ValueError(
-            f"audio must have shape [{n}, n_frames={dit.n_frames}, {dit.audio_dim}] (one frame per motion "
-            f"frame of the clip), got {tuple(audio.shape)}"
-        )
-    ref = _tensor("ref", ref, 2)
-    if tuple(ref.shape) != (n, dit.ref_dim):
-        raise ValueError(f"ref must have shape [{n}, {dit.ref_dim}], got {tuple(ref.shape)}")
-    return (
-        codes,
-        audio,
-        ref,
-        _positive_int("steps", steps),
-        _positive_int("batch_size", batch_size),
-        _real("lr", lr, 1e-8, 1.0),
-    )
+# The training stages import this module (their isinstance checks), so they are re-exported lazily (PEP 562).
+_MOVED = {
+    "train_stage1": "icml25.generative_models.playmate_training",
+    "train_stage2": "icml25.generative_models.playmate_training",
+}
 
 
-def _flow_batch(dit, normalizer, codes, audio, ref, idx, g, p_drop_audio, p_drop_prev):
-    z = normalizer.transform(codes[idx])
-    prev, x1 = z[:, : dit.n_prev], z[:, dit.n_prev :]
-    b = x1.shape[0]
-    x0 = torch.randn(x1.shape, generator=g, dtype=x1.dtype)
-    t = torch.rand(b, generator=g, dtype=x1.dtype)
-    xt = (1 - t[:, None, None]) * x0 + t[:, None, None] * x1
-    audio_mask = torch.rand(b, generator=g) >= p_drop_audio
-    prev_mask = torch.rand(b, generator=g) >= p_drop_prev
-    return xt, t, x1 - x0, audio[idx], ref[idx], (prev if dit.n_prev else None), audio_mask, prev_mask
-
-
-def train_stage1(dit: AudioToMotionDiT, normalizer: MotionNormalizer, codes: Tensor, audio: Tensor, ref: Tensor, *,
-                 steps: int = 1000, batch_size: int = 64, lr: float = 1e-3, p_drop_audio: float = 0.1,
-                 p_drop_prev: float = 0.5, seed: int = 0) -> list[float]:  # fmt: skip
-    """Train the stage-1 DiT with the rectified-flow objective ``‖v(x_t, t) − (x_1 − x_0)‖²`` on normalised
-    codes; audio (and the previous clip) are dropped per sample for classifier-free guidance.
-
-    Args:
-        codes: ``[N, n_prev + T, D]`` raw packed motion (the first ``n_prev`` frames are the previous clip).
-        audio: ``[N, T, A]`` audio features of the clip frames; ``ref``: ``[N, R]``.
-
-    Returns:
-        The training loss per step.
-    """
-    codes, audio, ref, steps, batch_size, lr = _check_training(
-        dit, normalizer, codes, audio, ref, steps, batch_size, lr
-    )
-    p_drop_audio = _real("p_drop_audio", p_drop_audio, 0.0, 1.0)
-    p_drop_prev = _real("p_drop_prev", p_drop_prev, 0.0, 1.0)
-    g = make_generator(seed)
-    dit.train()
-    opt = torch.optim.AdamW([p for p in dit.parameters() if p.requires_grad], lr=lr, weight_decay=0.0)
-    losses = []
-    for _ in range(steps):
-        idx = torch.randint(0, codes.shape[0], (min(batch_size, codes.shape[0]),), generator=g)
-        xt, t, target, a, r, prev, am, pm = _flow_batch(
-            dit, normalizer, codes, audio, ref, idx, g, p_drop_audio, p_drop_prev
-        )
-        h, c = dit.embed(xt, t, a, r, prev, am, pm)
-        loss = (dit.run_blocks(h, c) - target).pow(2).mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    dit.eval()
-    return losses
-
-
-def train_stage2(branch: EmotionControlBranch, dit: AudioToMotionDiT, normalizer: MotionNormalizer, codes: Tensor,
-                 audio: Tensor, ref: Tensor, emotion: Tensor, *, steps: int = 1000, batch_size: int = 64,
-                 lr: float = 1e-3, p_drop_audio: float = 0.1, p_drop_emotion: float = 0.1, p_drop_prev: float = 0.5,
-                 seed: int = 0) -> list[float]:  # fmt: skip
-    """Train only the emotion branch; the stage-1 DiT is frozen (``requires_grad_(False)``, its weights stay
-    bit-identical). Emotion ids are dropped to the null id with ``p_drop_emotion`` for guidance.
-
-    Args:
-        emotion: ``[N]`` integer emotion ids in ``[0, n_emotions)``; the rest as in :func:`train_stage1`.
-
-    Returns:
-        The training loss per step.
-    """
-    if not isinstance(branch, EmotionControlBranch):
-        raise TypeError(f"branch must be an EmotionControlBranch, got {type(branch).__name__}")
-    codes, audio, ref, steps, batch_size, lr = _check_training(
-        dit, normalizer, codes, audio, ref, steps, batch_size, lr
-    )
-    emotion = branch.check_emotion(emotion, codes.shape[0])
-    if bool((emotion == branch.n_emotions).any()):
-        raise ValueError(
-            f"emotion must be a real class in [0, {branch.n_emotions - 1}] for training, got the null id"
-        )
-    p_drop_audio = _real("p_drop_audio", p_drop_audio, 0.0, 1.0)
-    p_drop_emotion = _real("p_drop_emotion", p_drop_emotion, 0.0, 1.0)
-    p_drop_prev = _real("p_drop_prev", p_drop_prev, 0.0, 1.0)
-    g = make_generator(seed)
-    dit.requires_grad_(False)
-    dit.eval()
-    branch.train()
-    opt = torch.optim.AdamW(branch.parameters(), lr=lr, weight_decay=0.0)
-    losses = []
-    for _ in range(steps):
-        idx = torch.randint(0, codes.shape[0], (min(batch_size, codes.shape[0]),), generator=g)
-        xt, t, target, a, r, prev, am, pm = _flow_batch(
-            dit, normalizer, codes, audio, ref, idx, g, p_drop_audio, p_drop_prev
-        )
-        emo = torch.where(
-            torch.rand(idx.shape[0], generator=g) < p_drop_emotion, branch.n_emotions, emotion[idx]
-        )
-        h, c = dit.embed(xt, t, a, r, prev, am, pm)
-        loss = (dit.run_blocks(h, c, branch(h, c, emo)) - target).pow(2).mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    branch.eval()
-    return losses
-
-
-# ------------------------------------------------------------------------------------------ synthetic faces
-def _template(k: int) -> np.ndarray:
-    """A frontal 20-point face template (brows, eyes, nose, mouth, contour), unit-ish scale."""
-    pts = [(-0.35, 0.45), (-0.15, 0.5), (0.15, 0.5), (0.35, 0.45),  # brows 0-3
-           (-0.3, 0.3), (-0.15, 0.3), (0.15, 0.3), (0.3, 0.3),  # eyes 4-7
-           (0.0, 0.15), (-0.08, 0.0), (0.08, 0.0),  # nose 8-10
-           (0.0, -0.2), (0.0, -0.3), (-0.2, -0.25), (0.2, -0.25),  # upper lip 11, lower lip 12, corners 13-14
-           (-0.5, 0.1), (-0.4, -0.3), (0.0, -0.55), (0.4, -0.3), (0.5, 0.1)]  # contour 15-19, chin 17  # fmt: skip
-    xy = np.array(pts[:k], dtype=np.float64)
-    z = 0.1 * (1 - xy[:, 0] ** 2)[:, None]
-    return np.concatenate([xy, z], 1)
-
-
-def _smooth(noise: np.ndarray, width: int) -> np.ndarray:
-    """Hann-window smoothing along axis 1 (time)."""
-    from scipy.ndimage import convolve1d
-
-    kernel = np.hanning(2 * width + 3)[1:-1]
-    return convolve1d(noise, kernel / kernel.sum(), axis=1, mode="nearest")
-
-
-@dataclass(frozen=True)
-class TalkingFaceBatch:
-    """Sequences drawn by :class:`SyntheticTalkingFaces` (``F = n_prev + T`` frames)."""
-
-    codes: Tensor
-    """``[N, F, 3K + 7]`` packed raw motion."""
-    audio: Tensor
-    """``[N, F, A]`` audio features."""
-    envelope: Tensor
-    """``[N, F]`` audio energy envelope in ``[0, 1]``."""
-    ref: Tensor
-    """``[N, 3K]`` flattened canonical keypoints of each sequence's identity."""
-    emotion: Tensor
-    """``[N]`` emotion ids."""
-    identity: Tensor
-    """``[N]`` identity ids."""
-
-
-class SyntheticTalkingFaces:
-    """Parametric talking faces at realistic raw scales (no pixels).
-
-    Per sequence: an identity (canonical keypoints = template + per-identity offsets), an audio energy
-    envelope (smoothed noise through a sigmoid, with pauses) and ``audio_dim`` features = a fixed random
-    linear mix of the envelope and ``n_nuisance`` independent smooth signals plus noise; the mouth opens in
-    proportion to the envelope (upper lip up, lower lip and chin down; opening std ≈ 0.01); the emotion
-    (0 neutral, 1 happy, 2 sad, 3 angry, ...) adds a constant class-specific offset to brows and mouth
-    corners; head pose is a smooth random walk independent of audio and emotion (rotation in degrees, std ≈
-    10; translation ≈ 0.1; scale ≈ 1).
-    """
-
-    UPPER_LIP, LOWER_LIP = 11, 12
-
-    def __init__(self, n_identities: int = 40, n_emotions: int = 4, audio_dim: int = 16, n_nuisance: int = 7,
-                 *, n_keypoints: int = 20, seed: int = 0) -> None:  # fmt: skip
-        self.n_identities = _positive_int("n_identities", n_identities)
-        self.n_emotions = _positive_int("n_emotions", n_emotions)
-        self.audio_dim = _positive_int("audio_dim", audio_dim)
-        self.n_nuisance = _positive_int("n_nuisance", n_nuisance, 0)
-        if self.audio_dim < self.n_nuisance + 1:
-            raise ValueError(
-                f"audio_dim must be >= n_nuisance + 1 = {self.n_nuisance + 1}, got {self.audio_dim}"
-            )
-        self.n_keypoints = _positive_int("n_keypoints", n_keypoints, 20)
-        if self.n_keypoints != 20:
-            raise ValueError(f"n_keypoints must be 20 (the template's layout), got {self.n_keypoints}")
-        rng = np.random.default_rng(seed)
-        self.template = _template(self.n_keypoints)
-        self.canonical = self.template[None] + 0.03 * rng.standard_normal(
-            (self.n_identities, self.n_keypoints, 3)
-        )
-        self.mix = rng.standard_normal((self.audio_dim, 1 + self.n_nuisance)) / math.sqrt(1 + self.n_nuisance)
-        off = np.zeros((max(self.n_emotions, 4), self.n_keypoints, 3))
-        off[1, [13, 14], 1], off[1, 13, 0], off[1, 14, 0] = 0.015, -0.008, 0.008  # happy: corners up and out
-        off[2, [13, 14], 1], off[2, [1, 2], 1] = -0.012, 0.01  # sad: corners down, inner brows up
-        off[3, [0, 1, 2, 3], 1], off[3, 1, 0], off[3, 2, 0] = (
-            -0.012,
-            0.006,
-            -0.006,
-        )  # angry: brows down and in
-        for e in range(4, self.n_emotions):
-            off[e] = (
-                0.012 * rng.standard_normal((self.n_keypoints, 3)) * (rng.random((self.n_keypoints, 1)) < 0.3)
-            )
-        self.emotion_offsets = off[: self.n_emotions]
-
-    def sample(self, n: int, n_frames: int, *, seed: int = 0, emotion: int | None = None) -> TalkingFaceBatch:
-        """``n`` sequences of ``n_frames`` frames (all emotions uniformly unless ``emotion`` is fixed)."""
-        n = _positive_int("n", n)
-        f = _positive_int("n_frames", n_frames, 2)
-        if emotion is not None and (isinstance(emotion, bool) or not isinstance(emotion, (int, np.integer))
-                                    or not 0 <= emotion < self.n_emotions):  # fmt: skip
-            raise ValueError(f"emotion must be an id in [0, {self.n_emotions}), got {emotion!r}")
-        rng = np.random.default_rng(seed)
-        k = self.n_keypoints
-        z = _smooth(rng.standard_normal((n, f)), 3)
-        env = 1 / (1 + np.exp(-4 * (z / z.std() - 0.2)))
-        gate = _smooth((rng.random((n, f)) > 0.15).astype(float), 2)
-        env = np.clip(env * gate, 0, 1)
-        nuis = (
-            _smooth(rng.standard_normal((n, f, self.n_nuisance)), 3)
-            if self.n_nuisance
-            else np.zeros((n, f, 0))
-        )
-        nuis = nuis / (nuis.std() + 1e-12) * 0.3 if self.n_nuisance else nuis
-        src = np.concatenate([env[..., None], nuis], -1)
-        audio = src @ self.mix.T + 0.02 * rng.standard_normal((n, f, self.audio_dim))
-        emo = rng.integers(0, self.n_emotions, n) if emotion is None else np.full(n, emotion)
-        ident = rng.integers(0, self.n_identities, n)
-        exp = np.repeat(self.emotion_offsets[emo][:, None], f, 1).copy()
-        exp[:, :, self.UPPER_LIP, 1] += 0.006 * env
-        exp[:, :, self.LOWER_LIP, 1] -= 0.02 * env
-        exp[:, :, 17, 1] -= 0.012 * env
-        exp += 0.0005 * rng.standard_normal(exp.shape)
-        rot = (
-            8 * rng.standard_normal((n, 1, 3))
-            + np.cumsum(_smooth(rng.standard_normal((n, f, 3)), 2), 1) * 1.5
-        )
-        trans = (
-            0.08 * rng.standard_normal((n, 1, 3))
-            + np.cumsum(_smooth(rng.standard_normal((n, f, 3)), 2), 1) * 0.01
-        )
-        scale = (
-            1 + 0.05 * rng.standard_normal((n, 1, 1)) + 0.002 * np.cumsum(rng.standard_normal((n, f, 1)), 1)
-        )
-        codes = np.concatenate([exp.reshape(n, f, 3 * k), rot, trans, scale], -1)
-        as_t = lambda a: torch.as_tensor(a, dtype=torch.float32)  # noqa: E731
-        return TalkingFaceBatch(codes=as_t(codes), audio=as_t(audio), envelope=as_t(env),
-                                ref=as_t(self.canonical[ident].reshape(n, 3 * k)),
-                                emotion=torch.as_tensor(emo, dtype=torch.long),
-                                identity=torch.as_tensor(ident, dtype=torch.long))  # fmt: skip
+def __getattr__(name: str) -> Any:
+    """``train_stage1`` / ``train_stage2`` from :mod:`icml25.generative_models.playmate_training`, imported
+    on first access."""
+    if name in _MOVED:
+        value = getattr(importlib.import_module(_MOVED[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -43,11 +43,8 @@ from scipy.stats import norm
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 
-from icml25.generative_models.copula_multimodal import (
-    CopulaFusionClassifier,
-    CopulaJoint,
-    sample_gumbel_copula,
-)
+from icml25.generative_models.copula_multimodal import CopulaJoint, sample_gumbel_copula
+from icml25.generative_models.copula_multimodal_fusion import CopulaFusionClassifier
 from icml25.kernels.experiment import (
     Check,
     Report,

@@ -8,7 +8,7 @@ Metropolis–Hastings chains extrapolates beyond the training range of the prope
 far beyond MCMC given the same few guide evaluations, and reaching a large part of what long MCMC
 chains reach with ≤ 2% of their evaluations; without selection (consecutive chain states) it does not.
 
-Toy design problem (:class:`~icml25.generative_models.mcmc_extrapolation.SequenceDesignToy`): length
+Toy design problem (:class:`~icml25.generative_models.mcmc_extrapolation_toy.SequenceDesignToy`): length
 24 over 8 tokens, hidden oracle f = additive site weights + 6 adjacent-pair motifs (bonus 1.5). The
 training pool is 3,000 random sequences filtered below f's 60th percentile (max f_max_train). The guide
 is ridge regression on one-hot features fit on the pool (blind to the motif epistasis). MH target
@@ -34,8 +34,6 @@ from sklearn.linear_model import Ridge
 
 from icml25.generative_models.mcmc_extrapolation import (
     Chain,
-    ExtrapolatorLM,
-    SequenceDesignToy,
     SubstitutionProposal,
     as_guide,
     build_pairs,
@@ -43,6 +41,8 @@ from icml25.generative_models.mcmc_extrapolation import (
     metropolis_hastings,
     select_episode,
 )
+from icml25.generative_models.mcmc_extrapolation_lm import ExtrapolatorLM
+from icml25.generative_models.mcmc_extrapolation_toy import SequenceDesignToy
 from icml25.kernels.experiment import (
     Check,
     Report,

@@ -8,7 +8,7 @@ a driving sequence, and a zero-initialised emotion branch trained on the frozen 
 control. FID/FVD/Sync-C need real video and a pretrained renderer; only the motion-space mechanisms are
 testable here.
 
-Setting (:class:`Setting`): :class:`~icml25.generative_models.playmate.SyntheticTalkingFaces`, 20 keypoints
+Setting (:class:`Setting`): :class:`~icml25.generative_models.playmate_toy.SyntheticTalkingFaces`, 20 keypoints
 at realistic raw scales (expression offsets ≈ 0.01, rotation in degrees std ≈ 10, translation ≈ 0.1, scale
 ≈ 1); 16-dim audio features mixing the energy envelope (which drives mouth opening) with nuisance signals;
 4 emotions as constant brow/mouth-corner offsets; head pose a random walk independent of audio; 40
@@ -47,13 +47,12 @@ from icml25.generative_models.playmate import (
     AudioToMotionDiT,
     EmotionControlBranch,
     MotionNormalizer,
-    SyntheticTalkingFaces,
     guided_velocity,
     mouth_opening,
     sample_motion,
-    train_stage1,
-    train_stage2,
 )
+from icml25.generative_models.playmate_toy import SyntheticTalkingFaces
+from icml25.generative_models.playmate_training import train_stage1, train_stage2
 from icml25.kernels.experiment import (
     Check,
     Report,

@@ -17,7 +17,7 @@ and the chaotic rollouts and the training turn those last bits into another real
 Metrics (per initial condition, then aggregated):
 
 * *stable through H*: every state finite with energy ``mean(x²)`` inside
-  ``[0.5·q_0.1%, 1.5·q_99.9%]`` of the training energies (:func:`~icml25.generative_models.thermalizer.stability_band`);
+  ``[0.5·q_0.1%, 1.5·q_99.9%]`` of the training energies (:func:`~icml25.generative_models.thermalizer_metrics.stability_band`);
 * spectrum RMSE: RMSE of the log energy spectrum of the last ``W`` steps against the training
   climatology, over the energetic wavenumbers (true power ≥ 1e-3 × peak; below that the spectrum is
   dominated by the s_stop-level noise the algorithm leaves by construction); the reference value is the
@@ -46,19 +46,23 @@ import torch
 
 from icml25.generative_models.systems import ks_simulate
 from icml25.generative_models.thermalizer import (
-    MLP,
-    ConvLevelHead1d,
-    PeriodicConvNet1d,
-    ResidualEmulator,
     RolloutResult,
-    Thermalizer,
-    periodic_symmetry_augment,
     select_levels,
+    thermalized_rollout,
+)
+from icml25.generative_models.thermalizer_metrics import (
     spectral_reference,
     spectrum_rmse,
     stability_band,
     stable_mask,
-    thermalized_rollout,
+)
+from icml25.generative_models.thermalizer_model import Thermalizer
+from icml25.generative_models.thermalizer_nets import (
+    MLP,
+    ConvLevelHead1d,
+    PeriodicConvNet1d,
+    ResidualEmulator,
+    periodic_symmetry_augment,
 )
 from icml25.kernels.experiment import (
     Check,
@@ -140,7 +144,7 @@ class Setting:
     """Emulator batch (paper: 32)."""
     emu_rollout: int = 2
     """Emulator loss: mean MSE of the next ``emu_rollout`` states predicted autoregressively, gradients
-    through the chain (:meth:`~icml25.generative_models.thermalizer.ResidualEmulator.fit`'s ``rollout``;
+    through the chain (:meth:`~icml25.generative_models.thermalizer_nets.ResidualEmulator.fit`'s ``rollout``;
     official code: a rollout loss grown from 1 to ``max_rollout`` = 2 steps for its Kolmogorov DRN
     emulator, 4 for others; the paper: one-step MSE; both settings: 2 steps from the start, which teaches
     the emulator to damp the errors it makes itself; 1 gives the one-step MSE of earlier runs)."""
