@@ -96,6 +96,9 @@ class Setting:
     """LoRA α (paper 32, as here)."""
     lr: float = 3e-3
     """AdamW learning rate of the LoRA (paper 5e-5 constant over 50 epochs; ours 3e-3)."""
+    pretrain_lr: float = 2e-3
+    """Peak Adam learning rate of the base's pre-training, 10% linear warm-up then cosine decay (paper: a
+    pretrained T5 / LLaMA base, no pre-training here; ours 2e-3)."""
     batch_size: int = 16
     """Batch size (paper 1 × 4 accumulation × 8 GPUs = 32; ours 16)."""
     min_oracle: float = 0.85
@@ -352,8 +355,8 @@ def pretrain_base(setting: Setting, seed: int) -> TinyCausalLM:
     rng = np.random.default_rng(seed + 2)
     tables = rng.choice([-1.0, 1.0], size=(N_TABLES, POOL))
     # Adam (= AdamW at weight decay 0) from icml25.kernels.optim: torch.optim's first step imports
-    # torch._dynamo (seconds of CPU); peak lr 2e-3, 10% linear warm-up, cosine decay.
-    opt = Adam(model.parameters(), lr=2e-3)
+    # torch._dynamo (seconds of CPU); 10% linear warm-up, cosine decay.
+    opt = Adam(model.parameters(), lr=setting.pretrain_lr)
     warm = max(1, setting.pretrain_steps // 10)
     data = polarity_sequences(
         tables,
@@ -369,7 +372,9 @@ def pretrain_base(setting: Setting, seed: int) -> TinyCausalLM:
         loss.backward()
         opt.step()
         frac = (step + 1 - warm) / max(1, setting.pretrain_steps - warm)
-        opt.lr = 2e-3 * ((step + 2) / warm if step + 1 < warm else 0.5 * (1 + math.cos(math.pi * frac)))
+        opt.lr = setting.pretrain_lr * (
+            (step + 2) / warm if step + 1 < warm else 0.5 * (1 + math.cos(math.pi * frac))
+        )
     model.eval()
     for p in model.parameters():
         p.requires_grad_(False)
