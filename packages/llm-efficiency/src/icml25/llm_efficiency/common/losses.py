@@ -1,10 +1,10 @@
-"""The causal-LM loss shared by MEAP (ICML 2025, P04) and the PENCIL experiment (ICML 2025, P11).
+"""The causal-LM loss: next-token cross-entropy in the Hugging Face convention, shared by two papers.
 
-Zhuang et al., "Mask-Enhanced Autoregressive Prediction: Pay Less Attention to Learn More" (P04) train with
-ordinary next-token cross-entropy on corrupted inputs; Yang et al., "PENCIL: Long Thoughts with Short
-Memory" (P11) train their reduced-trace models with the same loss. :func:`causal_lm_loss` is that loss in the
-Hugging Face convention (labels aligned with the inputs, shifted inside), so it gives exactly the ``.loss`` of
-a transformers causal LM called with ``labels=``.
+MEAP (Zhuang et al., "Mask-Enhanced Autoregressive Prediction: Pay Less Attention to Learn More", catalog
+P04) trains with ordinary next-token cross-entropy on corrupted inputs; the PENCIL experiment (Yang et al.,
+"PENCIL: Long Thoughts with Short Memory", catalog P11) trains its reduced-trace models with the same loss.
+:func:`causal_lm_loss` is that loss with labels aligned with the inputs and shifted inside, so it gives
+exactly the ``.loss`` of a transformers causal LM called with ``labels=``.
 """
 
 from __future__ import annotations

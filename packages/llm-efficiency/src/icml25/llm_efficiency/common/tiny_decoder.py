@@ -1,9 +1,10 @@
-"""A tiny causal Transformer LM with dense or top-k MoE FFNs, shared by P09 and the PENCIL experiment (P11).
+"""A tiny causal Transformer LM with dense or top-k MoE FFNs, shared by two papers' experiments.
 
-Ludziejewski et al., "Joint MoE Scaling Laws: Mixture of Experts Can Be Memory Efficient", ICML 2025, P09
-(arXiv:2502.05172), train decoder-only Transformers whose FFNs are token-choice top-k MoE layers; its
-CPU-scale check compares such models at equal active parameters. Yang et al., "PENCIL: Long Thoughts with
-Short Memory", ICML 2025, P11, train the same decoder with dense FFNs (``n_experts=1``) on reduced traces.
+The Joint MoE Scaling Laws paper (Ludziejewski et al., "Joint MoE Scaling Laws: Mixture of Experts Can Be
+Memory Efficient", arXiv:2502.05172, catalog P09) trains decoder-only Transformers whose FFNs are
+token-choice top-k MoE layers; its CPU-scale check compares such models at equal active parameters. The
+PENCIL experiment (Yang et al., "PENCIL: Long Thoughts with Short Memory", catalog P11) trains the same
+decoder with dense FFNs (``n_experts=1``) on reduced traces.
 
 * :class:`MoEFFN` — a top-k routed FFN (softmax router, Switch-Transformer load-balancing loss
   ``E · Σ_i f_i · P_i``), sparse dispatch (each expert runs on its own tokens, so the FFN compute per
