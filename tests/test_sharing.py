@@ -38,7 +38,6 @@ KNOWN = frozenset(
         "private: icml25.generative_models.experiments.npiseg3d imports _simulate from icml25.generative_models.npiseg3d",
         "private: icml25.generative_models.mvot_hf imports _tensor from icml25.generative_models.mvot",
         "private: icml25.interpretability.sae.matryoshka_k imports _check_int from icml25.interpretability.sae.base",
-        "private: icml25.llm_efficiency.moe_scaling.hf imports _pos_int from icml25.llm_efficiency.moe_scaling.tiny",
         "private: icml25.llm_efficiency.pencil.generation imports _as_index_array from icml25.llm_efficiency.pencil.reduction",
         "private: icml25.llm_efficiency.pencil.generation imports _check_tok from icml25.llm_efficiency.pencil.reduction",
         "private: icml25.llm_efficiency.pencil.generation imports _locate from icml25.llm_efficiency.pencil.reduction",
@@ -54,8 +53,6 @@ KNOWN = frozenset(
         "paper: icml25.interpretability.experiments.saeuron (P19) imports icml25.interpretability.sae (P22)",
         "paper: icml25.interpretability.saeuron (P19) imports icml25.interpretability.sae.base (P22)",
         "paper: icml25.interpretability.saeuron (P19) imports icml25.interpretability.sae.training (P22)",
-        "paper: icml25.llm_efficiency.experiments.pencil (P11) imports icml25.llm_efficiency.meap (P04)",
-        "paper: icml25.llm_efficiency.experiments.pencil (P11) imports icml25.llm_efficiency.moe_scaling (P09)",
         "paper: icml25.llm_efficiency.lara.retrieval (P38) imports icml25.llm_efficiency.rapid.retrieval (P03)",
         "paper: icml25.llm_efficiency.ntpp.hf (P24) imports icml25.llm_efficiency.pencil.generation (P11)",
     }

@@ -133,3 +133,48 @@ def test_broken_fitter_fails_the_quick_gate() -> None:
     # A fitter without the gamma/zeta interactions misses the held-out bar (and the discrimination).
     assert m["heldout_rmse"] > exp.MAX_HELDOUT_RMSE
     assert m["no_interaction_rmse_ratio"] < exp.MIN_INTERACTION_RATIO
+
+
+def test_the_decoder_and_the_loss_are_one_shared_object_under_every_old_name() -> None:
+    """Issue 82: TinyDecoder/MoEFFN and causal_lm_loss live in llm_efficiency.common; P09's and P04's modules
+    and the area namespace re-export the very same objects (so the PENCIL experiment shares, not copies)."""
+    import icml25.llm_efficiency as le
+    from icml25.llm_efficiency import meap, moe_scaling
+    from icml25.llm_efficiency.common import losses, tiny_decoder
+
+    assert TinyDecoder is tiny_decoder.TinyDecoder is moe_scaling.TinyDecoder is le.TinyDecoder
+    assert MoEFFN is tiny_decoder.MoEFFN is moe_scaling.MoEFFN is le.MoEFFN
+    assert meap.causal_lm_loss is losses.causal_lm_loss is le.causal_lm_loss
+
+
+def test_the_common_modules_import_no_paper_module() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, icml25.llm_efficiency.common.losses, icml25.llm_efficiency.common.tiny_decoder\n"
+        "print(sorted(m for m in sys.modules if m.startswith('icml25.llm_efficiency.')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == str(
+        [
+            "icml25.llm_efficiency.common",
+            "icml25.llm_efficiency.common.losses",
+            "icml25.llm_efficiency.common.tiny_decoder",
+        ]
+    )
+
+
+def test_validators_name_the_argument_with_the_shared_checks() -> None:
+    with pytest.raises(TypeError, match="d_model must be an int >= 1"):
+        MoEFFN(True, 16)
+    with pytest.raises(ValueError, match="vocab must be an int >= 2"):
+        TinyDecoder(1)
+    with pytest.raises(ValueError, match="x must be finite"):
+        MoEFFN(4, 8)(torch.full((1, 2, 4), float("nan")))
+    corpus = TopicBigramCorpus(vocab=8, n_topics=2, successors=2, switch_every=4)
+    tokens, topics = corpus.sample(16, seed=0)
+    with pytest.raises(TypeError, match="tokens must be a int"):
+        corpus.reference_losses(tokens.astype(float), topics)
+    with pytest.raises(ValueError, match="switch_every must be an int >= 1"):
+        TopicBigramCorpus(switch_every=0)

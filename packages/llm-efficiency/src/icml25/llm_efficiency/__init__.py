@@ -21,6 +21,8 @@ if TYPE_CHECKING:  # the name -> module map of the lazy namespace (icml25.kernel
         evaluate_kv_compression,
         make_gaussian_grid,
     )
+    from icml25.llm_efficiency.common.losses import causal_lm_loss
+    from icml25.llm_efficiency.common.tiny_decoder import MoEFFN, TinyDecoder
     from icml25.llm_efficiency.lara import (
         Chunker,
         DocIndex,
@@ -57,7 +59,6 @@ if TYPE_CHECKING:  # the name -> module map of the lazy namespace (icml25.kernel
         MEAPCollator,
         MEAPSFTCollator,
         add_mask_token,
-        causal_lm_loss,
         mask_hf_batch,
         meap_attention_stats,
         meap_mask_inputs,
@@ -68,8 +69,6 @@ if TYPE_CHECKING:  # the name -> module map of the lazy namespace (icml25.kernel
         Allocation,
         JointLawParams,
         JointMoEScalingLaw,
-        MoEFFN,
-        TinyDecoder,
         TopicBigramCorpus,
         budget_table,
         lr_rule,

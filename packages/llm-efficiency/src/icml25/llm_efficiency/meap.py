@@ -23,6 +23,9 @@ are unchanged.
 * :func:`add_mask_token` — add ``[MASK]`` to a tokenizer and resize the model's embeddings.
 * :func:`meap_attention_stats` — per-layer, per-head entropy and variance of the attention distribution
   renormalised over the non-masked keys (the paper's attention analysis quantity).
+* :func:`causal_lm_loss` — the shifted next-token cross-entropy the loss uses; it lives in the area's common
+  module :mod:`icml25.llm_efficiency.common.losses` (the PENCIL experiment, P11, trains with it too) and is
+  re-exported here.
 
 HF convention throughout: ``labels`` are aligned with ``input_ids`` and the model shifts them, so in a
 row of length ``L`` the inputs that predict something are positions ``0..L-2``; the collators mask
@@ -37,9 +40,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
+from icml25.kernels.checks import check_float, check_int, check_tensor
 from icml25.kernels.rng import isolated_rng, make_generator
+from icml25.llm_efficiency.common.losses import causal_lm_loss
 
 __all__ = [
     "MEAPCollator",
@@ -56,55 +60,28 @@ _HINT = "call icml25.llm_efficiency.add_mask_token(tokenizer, model) first"
 
 
 # ------------------------------------------------------------------------------------------ validation
-def _check_ratio(ratio: object, name: str = "ratio") -> float:
-    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)):
-        raise TypeError(f"{name} must be a float in [0, 1), got {type(ratio).__name__}")
-    r = float(ratio)
-    if not (0.0 <= r < 1.0):
-        raise ValueError(f"{name} must be a float in [0, 1), got {ratio!r}")
-    return r
-
-
-def _check_int(v: object, name: str, minimum: int = 0) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise TypeError(f"{name} must be an int, got {type(v).__name__}")
-    if v < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {v}")
-    return v
-
-
-def _check_ids(x: object, name: str) -> torch.Tensor:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor of token ids, got {type(x).__name__}")
-    if x.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
-        raise TypeError(f"{name} must be an integer tensor of token ids, got dtype {x.dtype}")
-    if x.dim() != 2 or x.shape[0] == 0 or x.shape[1] < 2:
+def _token_ids(x: object, name: str) -> torch.Tensor:
+    """``x`` if it is a ``(batch >= 1, T >= 2)`` integer tensor of token ids."""
+    ids = check_tensor(x, name, ndim=2, dtype="int")
+    if ids.shape[0] == 0 or ids.shape[1] < 2:
         raise ValueError(
-            f"{name} must have shape (batch, T) with batch >= 1 and T >= 2, got {tuple(x.shape)}"
+            f"{name} must have shape (batch, T) with batch >= 1 and T >= 2, got {tuple(ids.shape)}"
         )
-    return x
+    return ids
 
 
-def _check_bool_like(x: object, name: str, shape: torch.Size) -> torch.Tensor | None:
+def _binary_mask(x: object, name: str, shape: torch.Size) -> torch.Tensor | None:
+    """``x`` (None, or a bool or 0/1 integer tensor of the shape of input_ids) as a bool tensor."""
     if x is None:
         return None
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(
-            f"{name} must be a torch.Tensor of shape {tuple(shape)} or None, got {type(x).__name__}"
-        )
-    if x.is_floating_point() or x.is_complex():
-        raise TypeError(f"{name} must be a bool or integer 0/1 tensor, got dtype {x.dtype}")
-    if tuple(x.shape) != tuple(shape):
-        raise ValueError(f"{name} must have the shape of input_ids {tuple(shape)}, got {tuple(x.shape)}")
-    if x.dtype != torch.bool and bool(((x != 0) & (x != 1)).any()):
-        raise ValueError(f"{name} must hold only 0/1 values")
-    return x.bool()
+    return check_tensor(x, name, shape=tuple(shape), dtype=("bool", "int"), binary=True).bool()
 
 
-def _check_mask_id(mask_id: object, vocab_size: int | None) -> int:
+def _mask_token_id(mask_id: object, vocab_size: int | None) -> int:
+    """``mask_id`` as an int in ``[0, vocab_size)``, with the hint to add the token when it is missing."""
     if mask_id is None:
         raise ValueError(f"mask_id is None: the tokenizer has no mask token; {_HINT}")
-    mid = _check_int(mask_id, "mask_id")
+    mid = check_int(mask_id, "mask_id", low=0)
     if vocab_size is not None and mid >= vocab_size:
         raise ValueError(
             f"mask_id must be < the vocabulary size {vocab_size}, got {mid}; {_HINT} (it resizes the embeddings)"
@@ -154,11 +131,11 @@ def meap_mask_inputs(
         ``positions`` the ``(B, T)`` bool tensor of masked positions. When a row has fewer candidate
         positions than ``max(1, floor(n·ratio))``, all its candidates are masked.
     """
-    ids = _check_ids(input_ids, "input_ids")
-    mid = _check_mask_id(mask_id, vocab_size)
-    r = _check_ratio(ratio)
-    prot = _check_bool_like(protect, "protect", ids.shape)
-    att = _check_bool_like(attention_mask, "attention_mask", ids.shape)
+    ids = _token_ids(input_ids, "input_ids")
+    mid = _mask_token_id(mask_id, vocab_size)
+    r = check_float(ratio, "ratio", low=0.0, high=1.0, high_open=True)
+    prot = _binary_mask(protect, "protect", ids.shape)
+    att = _binary_mask(attention_mask, "attention_mask", ids.shape)
     if not isinstance(exclude_last, bool):
         raise TypeError(f"exclude_last must be a bool, got {type(exclude_last).__name__}")
     if not isinstance(shared_across_batch, bool):
@@ -223,33 +200,6 @@ def _logits(out: Any) -> torch.Tensor:
     return logits
 
 
-def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor, ignore_index: int = -100) -> torch.Tensor:
-    """Mean next-token cross-entropy of ``(B, L, V)`` logits against ``(B, L)`` labels (HF shift:
-    position ``i`` predicts ``labels[:, i+1]``; ``ignore_index`` labels are skipped)."""
-    if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
-        raise TypeError(
-            f"logits must be a floating-point (B, L, V) tensor, got {getattr(logits, 'dtype', type(logits))}"
-        )
-    lab = _check_ids(labels, "labels")
-    if logits.dim() != 3 or tuple(logits.shape[:2]) != tuple(lab.shape) or logits.shape[-1] == 0:
-        raise ValueError(
-            f"logits must have shape (B, L, V) matching labels {tuple(lab.shape)}, got {tuple(logits.shape)}"
-        )
-    if not torch.isfinite(logits).all():
-        raise ValueError(
-            f"logits must be finite; got {int(torch.isnan(logits).sum())} NaN and {int(torch.isinf(logits).sum())} "
-            f"Inf values in a tensor of shape {tuple(logits.shape)}"
-        )
-    bad = (lab != ignore_index) & ((lab < 0) | (lab >= logits.shape[-1]))
-    if bool(bad.any()):
-        raise ValueError(f"labels must be in [0, {logits.shape[-1]}) or ignore_index={ignore_index}")
-    return F.cross_entropy(
-        logits[:, :-1].reshape(-1, logits.shape[-1]).float(),
-        labels[:, 1:].reshape(-1),
-        ignore_index=ignore_index,
-    )
-
-
 def meap_pretrain_loss(
     model: Any,
     input_ids: torch.Tensor,
@@ -279,17 +229,17 @@ def meap_pretrain_loss(
     Returns:
         scalar loss; with ``ratio=0`` exactly the standard causal-LM loss.
     """
-    ids = _check_ids(input_ids, "input_ids")
+    ids = _token_ids(input_ids, "input_ids")
     if not callable(model):
         raise TypeError(f"model must be a callable causal LM, got {type(model).__name__}")
-    _check_int(ignore_index, "ignore_index", minimum=-(2**62))
+    check_int(ignore_index, "ignore_index", low=-(2**62))
     if labels is not None:
-        _check_ids(labels, "labels")
+        _token_ids(labels, "labels")
         if labels.shape != ids.shape:
             raise ValueError(
                 f"labels must have the shape of input_ids {tuple(ids.shape)}, got {tuple(labels.shape)}"
             )
-    att = _check_bool_like(attention_mask, "attention_mask", ids.shape)
+    att = _binary_mask(attention_mask, "attention_mask", ids.shape)
     masked = mask_hf_batch(
         ids,
         mask_id,
@@ -324,11 +274,11 @@ def mask_hf_batch(
     """:func:`meap_mask_inputs` on the predicting inputs ``input_ids[:, :L-1]`` of an HF-convention batch
     ``(B, L)`` (the final column, which predicts nothing, is kept); returns ``(B, L)`` masked ids and
     positions. ``protect``/``attention_mask`` are ``(B, L)``."""
-    ids = _check_ids(input_ids, "input_ids")
+    ids = _token_ids(input_ids, "input_ids")
     if ids.shape[1] < 3:
         raise ValueError(f"input_ids must have length L >= 3 (T = L - 1 >= 2 inputs), got {tuple(ids.shape)}")
-    prot = _check_bool_like(protect, "protect", ids.shape)
-    att = _check_bool_like(attention_mask, "attention_mask", ids.shape)
+    prot = _binary_mask(protect, "protect", ids.shape)
+    att = _binary_mask(attention_mask, "attention_mask", ids.shape)
     if att is not None:
         # The last real token of a right-padded row predicts nothing: treat it like the final column.
         n = att.sum(1)
@@ -440,7 +390,7 @@ class MEAPCollator:
         seed: int | None = 0,
         generator: torch.Generator | None = None,
     ) -> None:
-        self.ratio = _check_ratio(ratio)
+        self.ratio = check_float(ratio, "ratio", low=0.0, high=1.0, high_open=True)
         self.tokenizer = tokenizer
         vocab = None
         if tokenizer is not None:
@@ -449,7 +399,7 @@ class MEAPCollator:
             if mask_id is None:
                 mask_id = getattr(tokenizer, "mask_token_id", None)
             vocab = len(tokenizer)
-        self.mask_id = _check_mask_id(mask_id, vocab)
+        self.mask_id = _mask_token_id(mask_id, vocab)
         if protect_ids is None:
             ids = [getattr(tokenizer, a, None) for a in ("bos_token_id", "eos_token_id", "pad_token_id")]
             protect_ids = [i for i in ids if i is not None]
@@ -582,7 +532,7 @@ class MEAPSFTCollator:
         seed: int | None = 0,
         generator: torch.Generator | None = None,
     ) -> None:
-        self.ratio = _check_ratio(ratio)
+        self.ratio = check_float(ratio, "ratio", low=0.0, high=1.0, high_open=True)
         vocab = None
         if tokenizer is not None:
             if not callable(getattr(tokenizer, "encode", None)):
@@ -592,13 +542,13 @@ class MEAPSFTCollator:
             pad_id = tokenizer.pad_token_id if pad_id is None else pad_id
             vocab = len(tokenizer)
         self.tokenizer = tokenizer
-        self.mask_id = _check_mask_id(mask_id, vocab)
+        self.mask_id = _mask_token_id(mask_id, vocab)
         if eos_id is None:
             raise ValueError("eos_id is None: pass eos_id= or a tokenizer with an EOS token")
-        self.eos_id = _check_int(eos_id, "eos_id")
-        self.pad_id = self.eos_id if pad_id is None else _check_int(pad_id, "pad_id")
-        self.min_answer_len = _check_int(min_answer_len, "min_answer_len")
-        self.max_length = None if max_length is None else _check_int(max_length, "max_length", minimum=2)
+        self.eos_id = check_int(eos_id, "eos_id", low=0)
+        self.pad_id = self.eos_id if pad_id is None else check_int(pad_id, "pad_id", low=0)
+        self.min_answer_len = check_int(min_answer_len, "min_answer_len", low=0)
+        self.max_length = None if max_length is None else check_int(max_length, "max_length", low=2)
         if not isinstance(concat, bool):
             raise TypeError(f"concat must be a bool, got {type(concat).__name__}")
         self.concat = concat
@@ -691,10 +641,10 @@ def meap_attention_stats(
         batch = {"input_ids": batch}
     if not isinstance(batch, Mapping) or "input_ids" not in batch:
         raise TypeError("batch must be an input_ids tensor or a dict with 'input_ids'")
-    ids = _check_ids(batch["input_ids"], "batch['input_ids']")
-    att = _check_bool_like(batch.get("attention_mask"), "batch['attention_mask']", ids.shape)
+    ids = _token_ids(batch["input_ids"], "batch['input_ids']")
+    att = _binary_mask(batch.get("attention_mask"), "batch['attention_mask']", ids.shape)
     if mask_id is not None:
-        _check_mask_id(mask_id, _model_vocab(model))
+        _mask_token_id(mask_id, _model_vocab(model))
     B, L = ids.shape
     if query_positions is not None:
         q = query_positions

@@ -51,8 +51,8 @@ from icml25.kernels.experiment import (
     threshold_text,
     torch_threads,
 )
-from icml25.llm_efficiency.meap import causal_lm_loss
-from icml25.llm_efficiency.moe_scaling import TinyDecoder
+from icml25.llm_efficiency.common.losses import causal_lm_loss
+from icml25.llm_efficiency.common.tiny_decoder import TinyDecoder
 from icml25.llm_efficiency.pencil import (
     PencilCollator,
     PencilVocab,

@@ -31,7 +31,7 @@ try:
 except ImportError as err:  # pragma: no cover - exercised only without the extra
     raise ImportError("hf_moe_shape needs transformers: pip install 'icml25-llm-efficiency[hf]'") from err
 
-from icml25.llm_efficiency.moe_scaling.tiny import _pos_int
+from icml25.kernels.checks import check_int
 
 __all__ = ["MoEShape", "hf_moe_shape"]
 
@@ -64,7 +64,7 @@ def _config_int(config: Any, keys: tuple[str, ...], default: int) -> int:
     for key in keys:
         value = getattr(config, key, None)
         if value is not None:
-            return _pos_int(value, f"config.{key}")
+            return check_int(value, f"config.{key}", low=1)
     return default
 
 
