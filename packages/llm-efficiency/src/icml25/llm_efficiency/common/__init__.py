@@ -5,13 +5,11 @@
 * :mod:`~icml25.llm_efficiency.common.tiny_decoder`: :class:`TinyDecoder`, a small pre-LN causal Transformer
   LM, and its dense or top-k MoE FFN :class:`MoEFFN` (Joint MoE Scaling Laws, P09, and the PENCIL
   experiment, P11).
-* :mod:`~icml25.llm_efficiency.common.retrieval`: :func:`embedding_scores`, the cosine scores of a dense
-  embedder, and :func:`words`, the lexical scorers' terms (RAPID, P03, and LaRA, P38).
 
 A paper's module imports only its own files, these common modules and :mod:`icml25.kernels`, never another
-paper's module; the names are re-exported here, lazily (:mod:`icml25.kernels.lazy`), by the papers' modules
-that used to define them (``meap``, ``moe_scaling``, ``rapid.retrieval``, ``lara.retrieval``) and, for the
-loss and the decoder, by :mod:`icml25.llm_efficiency`.
+paper's module; the names are re-exported here and by :mod:`icml25.llm_efficiency`, lazily
+(:mod:`icml25.kernels.lazy`), and by the papers' modules that used to define them (``meap``,
+``moe_scaling``).
 """
 
 from typing import TYPE_CHECKING
@@ -20,9 +18,8 @@ from icml25.kernels.lazy import lazy_namespace
 
 if TYPE_CHECKING:  # the name -> module map of the lazy namespace (icml25.kernels.lazy)
     from icml25.llm_efficiency.common.losses import causal_lm_loss
-    from icml25.llm_efficiency.common.retrieval import embedding_scores, words
     from icml25.llm_efficiency.common.tiny_decoder import MoEFFN, TinyDecoder
 else:
     __getattr__, __dir__ = lazy_namespace(__name__, __file__)
 
-__all__ = ["MoEFFN", "TinyDecoder", "causal_lm_loss", "embedding_scores", "words"]
+__all__ = ["MoEFFN", "TinyDecoder", "causal_lm_loss"]
