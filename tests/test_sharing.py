@@ -43,9 +43,6 @@ KNOWN = frozenset(
         "private: icml25.llm_efficiency.pencil.generation imports _locate from icml25.llm_efficiency.pencil.reduction",
         "private: icml25.llm_efficiency.pencil.hf imports _check_tok from icml25.llm_efficiency.pencil.reduction",
         "private: icml25.llm_efficiency.pencil.hf imports _locate from icml25.llm_efficiency.pencil.reduction",
-        "private: icml25.llm_efficiency.rapid.decoding imports _check_alpha from icml25.llm_efficiency.rapid.sampling",
-        "private: icml25.llm_efficiency.rapid.decoding imports _check_eta from icml25.llm_efficiency.rapid.sampling",
-        "private: icml25.llm_efficiency.rapid.decoding imports _sample from icml25.llm_efficiency.rapid.sampling",
         "private: icml25.llm_efficiency.slws.vim imports _check_rate from icml25.llm_efficiency.slws.shuffle",
         # rules 2 and 3: another paper's module
         "paper: icml25.federated.fedgo (P10) imports icml25.federated.fedceo (P50)",
@@ -53,7 +50,6 @@ KNOWN = frozenset(
         "paper: icml25.interpretability.experiments.saeuron (P19) imports icml25.interpretability.sae (P22)",
         "paper: icml25.interpretability.saeuron (P19) imports icml25.interpretability.sae.base (P22)",
         "paper: icml25.interpretability.saeuron (P19) imports icml25.interpretability.sae.training (P22)",
-        "paper: icml25.llm_efficiency.lara.retrieval (P38) imports icml25.llm_efficiency.rapid.retrieval (P03)",
         "paper: icml25.llm_efficiency.ntpp.hf (P24) imports icml25.llm_efficiency.pencil.generation (P11)",
     }
 )

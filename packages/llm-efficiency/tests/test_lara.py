@@ -583,3 +583,29 @@ def test_full_reproduction_passes():
     m = report.metrics
     assert m["table"] > m["best_fixed"] and m["table"] > m["rule"]  # the table is the stronger baseline
     assert m["router"] >= m["table"] + 2 and m["router_noret"] <= m["table"] + 1
+
+
+def test_the_retrieval_primitives_are_one_shared_object_and_import_no_other_paper() -> None:
+    """Issue 82: embedding_scores and words live in llm_efficiency.common.retrieval; RAPID's (P03) and LaRA's
+    (P38) retrieval modules re-export the very same objects, and LaRA's imports no RAPID module."""
+    import subprocess
+    import sys
+
+    from icml25.llm_efficiency.common import retrieval as common
+    from icml25.llm_efficiency.lara import retrieval as lara_retrieval
+    from icml25.llm_efficiency.rapid import retrieval as rapid_retrieval
+
+    assert lara_retrieval.embedding_scores is rapid_retrieval.embedding_scores is common.embedding_scores
+    assert lara_retrieval.words is rapid_retrieval.words is common.words
+    code = (
+        "import sys, icml25.llm_efficiency.lara.retrieval\n"
+        "print(sorted(m for m in sys.modules if m.startswith('icml25.llm_efficiency.')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "rapid" not in out and "icml25.llm_efficiency.common.retrieval" in out
+    with pytest.raises(TypeError, match="chunk_tokens must be an int >= 1"):
+        Chunker(None, 2.0, 0)
+    with pytest.raises(ValueError, match=r"vector_ratio must be a finite float in \[0\.0, 1\.0\]"):
+        HybridRetriever(vector_ratio=float("nan"))
+    with pytest.raises(ValueError, match=r"f1_threshold must be a finite float in \[0\.0, 1\.0\]"):
+        LexicalJudge(1.5)

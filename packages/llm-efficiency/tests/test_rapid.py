@@ -459,14 +459,14 @@ def test_induction_lm_incremental_equals_full_and_closed_form():
 def test_bad_eta_alpha_gamma_residual():
     model = InductionLM(10)
     z = _logits(2, 10, 0)
-    with pytest.raises(ValueError, match="eta must be a finite number >= 0"):
+    with pytest.raises(ValueError, match=r"eta must be a finite float in \[0\.0, inf\)"):
         RapidGenerator(model, eta=-1.0)
     with pytest.raises(ValueError, match="eta"):
         augmented_target(z, z, -0.5)
     for alpha in (0.0, 1.5, float("nan")):
-        with pytest.raises(ValueError, match=r"alpha must be in \(0, 1\]"):
+        with pytest.raises(ValueError, match=r"alpha must be a finite float in \(0.0, 1.0\]"):
             RapidGenerator(model, alpha=alpha)
-    with pytest.raises(ValueError, match="gamma must be >= 1"):
+    with pytest.raises(ValueError, match="gamma must be an int >= 1"):
         RapidGenerator(model, gamma=0)
     with pytest.raises(ValueError, match="residual must be one of"):
         RapidGenerator(model, residual="textbook")

@@ -17,8 +17,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
+from icml25.kernels.checks import check_float
 from icml25.llm_efficiency.lara.data import canonical_task
-from icml25.llm_efficiency.lara.retrieval import check_probability
 
 __all__ = ["Judge", "LLMJudge", "LexicalJudge", "is_refusal", "normalize_numbers"]
 
@@ -99,7 +99,7 @@ class LexicalJudge:
     LLM judge."""
 
     def __init__(self, f1_threshold: float = 0.5) -> None:
-        self.f1_threshold = check_probability(f1_threshold, "f1_threshold")
+        self.f1_threshold = check_float(f1_threshold, "f1_threshold", low=0.0, high=1.0)
 
     def __call__(self, question: str, answer: str, prediction: str, task: str) -> bool:
         _check_strings(question, answer, prediction)

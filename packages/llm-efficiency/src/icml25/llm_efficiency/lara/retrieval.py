@@ -4,9 +4,8 @@ As in the official ``evaluation/eval_rag.py`` and ``search/simpleHybridSearcher.
 chunks of 600 tokens with 100 tokens of overlap; ``k = 5`` candidates, ``vector_ratio = 0.5`` of them
 (``int(k · ratio)`` = 2) from a dense embedder and the rest (3) from BM25, then an optional cross-encoder
 rerank. Our :class:`Chunker` is an exact token window (the official ``SentenceSplitter`` also snaps to
-sentence ends); BM25 is :func:`~icml25.llm_efficiency.rapid.bm25_scores` (Okapi, ``k1 = 1.5``, ``b = 0.75``)
-and the default dense scorer is TF-IDF cosine (:func:`~icml25.llm_efficiency.rapid.tfidf_scores`); any
-embedder ``texts -> (n, d)`` (e.g. ``SentenceTransformer(...).encode``) and reranker
+sentence ends); BM25 is Okapi (``k1 = 1.5``, ``b = 0.75``) and the default dense scorer is TF-IDF cosine,
+both over the terms of :func:`~icml25.llm_efficiency.common.retrieval.words`; any embedder ``texts -> (n, d)`` (e.g. ``SentenceTransformer(...).encode``) and reranker
 ``(question, texts) -> scores`` (e.g. a ``CrossEncoder``'s ``predict`` on pairs) plug in.
 """
 
@@ -23,7 +22,8 @@ from typing import Any
 import numpy as np
 from sklearn.feature_extraction.text import CountVectorizer, TfidfVectorizer
 
-from icml25.llm_efficiency.rapid.retrieval import embedding_scores
+from icml25.kernels.checks import check_float, check_int
+from icml25.llm_efficiency.common.retrieval import embedding_scores, words
 
 __all__ = [
     "Chunker",
@@ -36,12 +36,6 @@ __all__ = [
 ]
 
 _TOKEN = re.compile(r"\S+")
-_WORD = re.compile(r"\w+")
-
-
-def words(text: str) -> list[str]:
-    """Lower-cased ``\\w+`` terms of ``text`` (the lexical scorers' tokenizer)."""
-    return _WORD.findall(text.lower())
 
 
 @dataclass(frozen=True)
@@ -75,12 +69,6 @@ class RetrievedChunk:
         return self.chunk.text
 
 
-def _int_at_least(value: object, lo: int, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < lo:
-        raise ValueError(f"{name} must be an int >= {lo}, got {value!r}")
-    return int(value)
-
-
 class Chunker:
     """Token windows of ``chunk_tokens`` tokens, consecutive windows sharing exactly ``overlap`` tokens.
 
@@ -91,8 +79,8 @@ class Chunker:
     """
 
     def __init__(self, tokenizer: Any = None, chunk_tokens: int = 600, overlap: int = 100) -> None:
-        self.chunk_tokens = _int_at_least(chunk_tokens, 1, "chunk_tokens")
-        self.overlap = _int_at_least(overlap, 0, "overlap")
+        self.chunk_tokens = check_int(chunk_tokens, "chunk_tokens", low=1)
+        self.overlap = check_int(overlap, "overlap", low=0)
         if self.overlap >= self.chunk_tokens:
             raise ValueError(f"overlap must be < chunk_tokens ({self.chunk_tokens}), got {self.overlap}")
         if tokenizer is not None and not callable(tokenizer):
@@ -210,14 +198,8 @@ class HybridRetriever:
         rerank: Callable[[str, list[str]], Any] | None = None,
         chunker: Chunker | None = None,
     ) -> None:
-        self.k = _int_at_least(k, 1, "k")
-        if (
-            isinstance(vector_ratio, bool)
-            or not isinstance(vector_ratio, numbers.Real)
-            or not 0.0 <= float(vector_ratio) <= 1.0
-        ):
-            raise ValueError(f"vector_ratio must be a real number in [0, 1], got {vector_ratio!r}")
-        self.vector_ratio = float(vector_ratio)
+        self.k = check_int(k, "k", low=1)
+        self.vector_ratio = check_float(vector_ratio, "vector_ratio", low=0.0, high=1.0)
         for name, fn in (("embed", embed), ("rerank", rerank)):
             if fn is not None and not callable(fn):
                 raise TypeError(f"{name} must be None or a callable, got {type(fn).__name__}")
@@ -293,15 +275,6 @@ class HybridRetriever:
 
     def __repr__(self) -> str:
         return f"HybridRetriever(k={self.k}, vector_ratio={self.vector_ratio}, embed={self.embed!r}, rerank={self.rerank!r})"
-
-
-def check_probability(value: object, name: str) -> float:
-    """``value`` as a float in ``[0, 1]`` (a clear error naming ``name`` otherwise)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= float(value) <= 1.0:
-        raise ValueError(f"{name} must be a real number in [0, 1], got {value!r}")
-    if math.isnan(float(value)):
-        raise ValueError(f"{name} must not be NaN")
-    return float(value)
 
 
 class LlamaIndexRetriever:

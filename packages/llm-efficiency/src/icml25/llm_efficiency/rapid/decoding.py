@@ -21,7 +21,6 @@ holds its sequence except the last token, which is fed with the next round's dra
 from __future__ import annotations
 
 import inspect
-import math
 import numbers
 import time
 import warnings
@@ -31,9 +30,9 @@ from typing import Any
 
 import torch
 
-from icml25.kernels.checks import check_float
+from icml25.kernels.checks import check_float, check_int
 from icml25.kernels.rng import make_generator
-from icml25.llm_efficiency.rapid.sampling import RESIDUALS, _check_alpha, _check_eta, _sample, rapid_verify
+from icml25.llm_efficiency.rapid.sampling import ALPHA_RANGE, ETA_RANGE, RESIDUALS, rapid_verify, sample_token
 
 __all__ = ["RapidGenerator", "RapidOutput"]
 
@@ -230,10 +229,7 @@ class RapidGenerator:
                 raise TypeError(
                     f"{name} must be a causal LM module (callable with .forward), got {type(m).__name__}"
                 )
-        if isinstance(gamma, bool) or not isinstance(gamma, numbers.Integral):
-            raise TypeError(f"gamma must be an int >= 1, got {type(gamma).__name__}")
-        if gamma < 1:
-            raise ValueError(f"gamma must be >= 1 (drafted tokens per round), got {gamma}")
+        gamma = check_int(gamma, "gamma", low=1)  # drafted tokens per round
         self.confidence_threshold = (
             None
             if confidence_threshold is None
@@ -244,7 +240,8 @@ class RapidGenerator:
         if verify is not None and not callable(verify):
             raise TypeError(f"verify must be callable, got {type(verify).__name__}")
         self.target, self.drafter = target, target if drafter is None else drafter
-        self.gamma, self.eta, self.alpha = int(gamma), _check_eta(eta), _check_alpha(alpha)
+        self.gamma, self.eta = gamma, check_float(eta, "eta", **ETA_RANGE)
+        self.alpha = check_float(alpha, "alpha", **ALPHA_RANGE)
         self.residual, self.verify = residual, verify or rapid_verify
         if tokenizer is not None and drafter_tokenizer is not None:
             if dict(tokenizer.get_vocab()) != dict(drafter_tokenizer.get_vocab()):
@@ -316,18 +313,10 @@ class RapidGenerator:
                 raise ValueError(
                     f"{name} must hold ids in [0, {self.vocab}), got min {int(ids.min())}, max {int(ids.max())}"
                 )
-        if (
-            isinstance(max_new_tokens, bool)
-            or not isinstance(max_new_tokens, numbers.Integral)
-            or max_new_tokens < 1
-        ):
-            raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
+        max_new_tokens = check_int(max_new_tokens, "max_new_tokens", low=1)
         if not isinstance(do_sample, bool):
             raise TypeError(f"do_sample must be a bool, got {type(do_sample).__name__}")
-        if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real):
-            raise TypeError(f"temperature must be a real number > 0, got {type(temperature).__name__}")
-        if not (0 < float(temperature) < math.inf):
-            raise ValueError(f"temperature must be a finite number > 0, got {temperature}")
+        temperature = check_float(temperature, "temperature", low=0.0, low_open=True)
         eos = _eos_set(eos_token_id, self.target)
         if rag_ids.shape[0] > long_ids.shape[0]:
             warnings.warn(
@@ -355,7 +344,7 @@ class RapidGenerator:
                 drafter.calls += 1
                 q = self._process(logits_processor, temperature, rag_seq + drafts, logits)
                 if do_sample:
-                    y = _sample(torch.softmax(q, dim=-1).to(gen.device), gen)
+                    y = sample_token(torch.softmax(q, dim=-1).to(gen.device), gen)
                 else:
                     y = int(q.argmax())
                 drafts.append(y)

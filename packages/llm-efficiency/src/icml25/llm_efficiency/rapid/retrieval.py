@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import re
 from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
@@ -23,10 +22,12 @@ from typing import Any
 
 import numpy as np
 
+from icml25.kernels.checks import check_float, check_int
+from icml25.llm_efficiency.common.retrieval import embedding_scores, words
+
 __all__ = ["Chunk", "bm25_scores", "chunk_text", "retrieve", "select_chunks", "tfidf_scores"]
 
 SEPARATORS = ("\n\n", "\n", ". ", "! ", "? ", "; ", ", ", "。", "！", "？", "；", "，", " ", "")
-_WORD = re.compile(r"\w+")
 
 
 @dataclass(frozen=True)
@@ -108,8 +109,7 @@ def chunk_text(text: str, tokenizer: Any = None, max_tokens: int = 512) -> list[
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, numbers.Integral) or max_tokens < 1:
-        raise ValueError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
+    max_tokens = check_int(max_tokens, "max_tokens", low=1)
     count = _token_counter(tokenizer)
     chunks = []
     for a, b in _split(text, 0, len(text), SEPARATORS, int(max_tokens), count):
@@ -164,11 +164,7 @@ def bm25_scores(
     normalisation ``b`` (defaults of ``rank_bm25.BM25Okapi``).
     """
     docs, q = _check_docs(documents, query)
-    for name, v in (("k1", k1), ("b", b)):
-        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or v < 0:
-            raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
-    if b > 1:
-        raise ValueError(f"b must be in [0, 1], got {b}")
+    k1, b = check_float(k1, "k1", low=0.0), check_float(b, "b", low=0.0, high=1.0)
     n = len(docs)
     lengths = np.array([len(d) for d in docs], dtype=np.float64)
     avg = float(lengths.mean()) or 1.0
@@ -198,8 +194,7 @@ def select_chunks(scores: Sequence[float] | np.ndarray, k: int, threshold: float
         raise ValueError(
             f"scores must be finite; got {int(np.isnan(s).sum())} NaN and {int(np.isinf(s).sum())} Inf"
         )
-    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
-        raise ValueError(f"k must be an int >= 1, got {k!r}")
+    k = check_int(k, "k", low=1)
     if threshold is not None and (
         isinstance(threshold, bool) or not isinstance(threshold, numbers.Real) or math.isnan(threshold)
     ):
@@ -207,28 +202,6 @@ def select_chunks(scores: Sequence[float] | np.ndarray, k: int, threshold: float
     order = np.argsort(-s, kind="stable")[: int(k)]
     kept = [int(i) for i in order if threshold is None or s[i] >= threshold]
     return sorted(kept or [int(order[0])])
-
-
-def _words(text: str) -> list[str]:
-    return _WORD.findall(text.lower())
-
-
-def embedding_scores(
-    embed: Callable[[list[str]], Any], texts: Sequence[str], query: str, name: str = "scorer"
-) -> np.ndarray:
-    """Cosine similarity of ``query`` to each of ``texts`` under a dense embedder ``embed(texts) -> (n, d)``
-    (called once on ``[*texts, query]``; zero vectors score 0). ``name`` is the argument named in errors."""
-    emb = np.asarray(embed([*texts, query]), dtype=np.float64)
-    if emb.ndim != 2 or emb.shape[0] != len(texts) + 1:
-        raise ValueError(
-            f"{name} must return an array of shape ({len(texts) + 1}, dim) for {len(texts) + 1} texts, "
-            f"got shape {emb.shape}"
-        )
-    if not np.isfinite(emb).all():
-        raise ValueError(f"{name} returned non-finite embeddings")
-    norms = np.linalg.norm(emb, axis=1, keepdims=True)
-    emb = emb / np.where(norms > 0, norms, 1.0)
-    return emb[:-1] @ emb[-1]
 
 
 def retrieve(
@@ -267,7 +240,7 @@ def retrieve(
     if isinstance(scorer, str):
         if scorer not in ("bm25", "tfidf"):
             raise ValueError(f"scorer must be 'bm25', 'tfidf' or an embedding callable, got {scorer!r}")
-        terms = tokenize or _words
+        terms = tokenize or words
         docs = [list(terms(t)) for t in texts]
         fn = bm25_scores if scorer == "bm25" else tfidf_scores
         scores = fn(docs, list(terms(query)))

@@ -19,32 +19,20 @@ drafted position exactly ``p̂``-distributed; ``"official"`` reproduces the offi
 
 from __future__ import annotations
 
-import math
-import numbers
-
 import torch
 
+from icml25.kernels.checks import check_float
 from icml25.kernels.rng import make_generator
 
 __all__ = ["augmented_target", "rapid_verify"]
 
 RESIDUALS = ("exact", "official")
-
-
-def _check_eta(eta: object) -> float:
-    if isinstance(eta, bool) or not isinstance(eta, numbers.Real):
-        raise TypeError(f"eta must be a real number >= 0, got {type(eta).__name__}")
-    if not math.isfinite(float(eta)) or float(eta) < 0:
-        raise ValueError(f"eta must be a finite number >= 0 (0 = standard speculative decoding), got {eta}")
-    return float(eta)
-
-
-def _check_alpha(alpha: object) -> float:
-    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real):
-        raise TypeError(f"alpha must be a real number in (0, 1], got {type(alpha).__name__}")
-    if not (0.0 < float(alpha) <= 1.0):  # also rejects NaN
-        raise ValueError(f"alpha must be in (0, 1] (the truncation q >= alpha * max q), got {alpha}")
-    return float(alpha)
+ETA_RANGE = {"low": 0.0}  # eta >= 0; 0 = standard speculative decoding
+ALPHA_RANGE = {
+    "low": 0.0,
+    "high": 1.0,
+    "low_open": True,
+}  # the truncation q >= alpha * max q, alpha in (0, 1]
 
 
 def _check_logits(x: object, name: str, rows: int | None = None) -> torch.Tensor:
@@ -105,10 +93,12 @@ def augmented_target(
         raise ValueError(
             f"q_logits must have the shape of p_logits {tuple(p_logits.shape)}, got {tuple(q_logits.shape)}"
         )
-    return _augment(p_logits, q_logits, _check_eta(eta), _check_alpha(alpha))
+    return _augment(
+        p_logits, q_logits, check_float(eta, "eta", **ETA_RANGE), check_float(alpha, "alpha", **ALPHA_RANGE)
+    )
 
 
-def _sample(probs: torch.Tensor, generator: torch.Generator) -> int:
+def sample_token(probs: torch.Tensor, generator: torch.Generator) -> int:
     """One draw from the (unnormalised, non-negative) 1-D ``probs``: inverse CDF in float64 (a
     zero-probability token is never drawn; faster than ``torch.multinomial`` for one sample on CPU)."""
     cdf = probs.double().cumsum(0)
@@ -164,7 +154,7 @@ def rapid_verify(
         )
     if k and (int(draft_tokens.min()) < 0 or int(draft_tokens.max()) >= vocab):
         raise ValueError(f"draft_tokens must be ids in [0, {vocab}), got {draft_tokens.tolist()}")
-    eta, alpha = _check_eta(eta), _check_alpha(alpha)
+    eta, alpha = check_float(eta, "eta", **ETA_RANGE), check_float(alpha, "alpha", **ALPHA_RANGE)
     if residual not in RESIDUALS:
         raise ValueError(f"residual must be one of {RESIDUALS}, got {residual!r}")
     if not isinstance(greedy, bool):
@@ -184,7 +174,7 @@ def rapid_verify(
     n = int(torch.cumprod(accepted.to(torch.int64), dim=0).sum()) if k else 0
     if n == k:  # all accepted: the bonus token from the unmodified target (official)
         last = p_logits[k].float()
-        new = int(last.argmax()) if greedy else _sample(torch.softmax(last, dim=-1), gen)
+        new = int(last.argmax()) if greedy else sample_token(torch.softmax(last, dim=-1), gen)
     elif greedy:
         new = int(z_hat[n].argmax())
     else:
@@ -194,6 +184,6 @@ def rapid_verify(
         else:
             res, fallback = torch.maximum(p_n - q[n], p_n - p_hat[n]).clamp_min(0.0), p_n
         # a rejection with an all-zero residual has probability 0 (p̂ = q); only rounding gets here
-        new = _sample(res if float(res.sum()) > 0 else fallback, gen)
+        new = sample_token(res if float(res.sum()) > 0 else fallback, gen)
     tokens = torch.cat([draft[:n], torch.tensor([new], dtype=torch.int64, device=device)])
     return tokens, n
