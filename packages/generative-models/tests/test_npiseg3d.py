@@ -251,7 +251,7 @@ def test_nan_points_and_too_few_points_for_knn():
     bad = pts.copy()
     bad[4, 1] = np.nan
     seg = InteractiveSegmenter(dim=16, rounds=1, n_samples=2, heads=2, k=16)
-    with pytest.raises(ValueError, match="points must be finite; got 1 NaN"):
+    with pytest.raises(ValueError, match=r"points must be finite \(no NaN or inf\), got 1 NaN"):
         seg.predict(bad, [Click(0, 0)])
     with pytest.raises(ValueError, match=r"at least 17 points \(k of the kNN graph\), got 10"):
         seg.predict(pts[:10], [Click(0, 0)])
@@ -260,7 +260,7 @@ def test_nan_points_and_too_few_points_for_knn():
 def test_bad_sample_count_and_scene_weight():
     with pytest.raises(ValueError, match="n_samples must be an int >= 1, got 0"):
         HierarchicalNPHead(D, n_samples=0, heads=2)
-    with pytest.raises(ValueError, match=r"scene_weight must be in \[0, 1\], got 1.5"):
+    with pytest.raises(ValueError, match=r"scene_weight must be a finite float in \[0.0, 1.0\], got 1.5"):
         HierarchicalNPHead(D, scene_weight=1.5, heads=2)
 
 

@@ -250,19 +250,21 @@ if TYPE_CHECKING:  # the name -> module map of the lazy namespace (icml25.kernel
         voxel_clusters,
     )
     from icml25.generative_models.npiseg3d import (
-        Click,
         ClickAttentionHead,
         HierarchicalNPHead,
         InteractiveSegmenter,
         NPOut,
+        predictive_uncertainty,
+    )
+    from icml25.generative_models.npiseg3d_eval import (
+        Click,
         expected_calibration_error,
-        make_scene,
         noc_at,
         object_ious,
-        predictive_uncertainty,
         simulate_clicks,
         uncertainty_auroc,
     )
+    from icml25.generative_models.npiseg3d_toy import make_scene
     from icml25.generative_models.playmate import (
         AudioToMotionDiT,
         EmotionControlBranch,

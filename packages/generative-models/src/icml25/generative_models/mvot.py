@@ -37,6 +37,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from icml25.kernels.checks import check_fitted, check_int, check_tensor
+
 __all__ = [
     "KMeansVQTokenizer",
     "MVoTLoss",
@@ -47,23 +49,12 @@ __all__ = [
 ]
 
 
-def _tensor(name: str, x: object, ndim: int, *, floating: bool) -> Tensor:
+def as_token_tensor(x: object, name: str, ndim: int, *, floating: bool) -> Tensor:
+    """``x`` (a tensor, or a numpy array converted) checked by :func:`icml25.kernels.checks.check_tensor`:
+    ``ndim`` dimensions, non-empty, and finite floating (``floating=True``) or integer token ids."""
     if isinstance(x, np.ndarray):
         x = torch.from_numpy(x)
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.ndim != ndim:
-        raise ValueError(f"{name} must have {ndim} dimensions, got shape {tuple(x.shape)}")
-    if x.numel() == 0:
-        raise ValueError(f"{name} must be non-empty, got shape {tuple(x.shape)}")
-    if floating:
-        if not x.is_floating_point():
-            raise TypeError(f"{name} must be a floating tensor, got dtype {x.dtype}")
-        if not torch.isfinite(x).all():
-            raise ValueError(f"{name} must be finite (no NaN/inf)")
-    elif x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
-        raise TypeError(f"{name} must be an integer tensor (token ids), got dtype {x.dtype}")
-    return x
+    return check_tensor(x, name, ndim=ndim, dtype="float" if floating else "int", non_empty=True)
 
 
 def codebook_distance_matrix(
@@ -76,7 +67,7 @@ def codebook_distance_matrix(
         squared: return ``‖E_i − E_j‖²`` instead (the official ``"mse"`` setting uses the square root).
         dtype: output dtype (computed in float64 first).
     """
-    e = _tensor("codebook", codebook, 2, floating=True).detach().to(torch.float64)
+    e = as_token_tensor(codebook, "codebook", 2, floating=True).detach().to(torch.float64)
     if not isinstance(squared, bool):
         raise TypeError(f"squared must be a bool, got {type(squared).__name__}")
     sq = (e * e).sum(1)
@@ -87,14 +78,14 @@ def codebook_distance_matrix(
 
 
 def _check_mapping(image_token_ids: object, distance: object) -> tuple[Tensor, Tensor]:
-    ids = _tensor("image_token_ids", image_token_ids, 1, floating=False).long()
+    ids = as_token_tensor(image_token_ids, "image_token_ids", 1, floating=False).long()
     if ids.unique().numel() != ids.numel():
         raise ValueError(
             "image_token_ids must be distinct LM token ids (one per codebook entry); got duplicates"
         )
     if (ids < 0).any():
         raise ValueError(f"image_token_ids must be non-negative token ids, got min {int(ids.min())}")
-    dist = _tensor("distance", distance, 2, floating=True)
+    dist = as_token_tensor(distance, "distance", 2, floating=True)
     if dist.shape[0] != dist.shape[1]:
         raise ValueError(f"distance must be a square (K, K) matrix, got shape {tuple(dist.shape)}")
     if dist.shape[0] != ids.numel():
@@ -105,8 +96,8 @@ def _check_mapping(image_token_ids: object, distance: object) -> tuple[Tensor, T
 
 
 def _check_logits_labels(logits: object, labels: object, ignore_index: int) -> tuple[Tensor, Tensor]:
-    lg = _tensor("logits", logits, 3, floating=True)
-    lb = _tensor("labels", labels, 2, floating=False).long()
+    lg = as_token_tensor(logits, "logits", 3, floating=True)
+    lb = as_token_tensor(labels, "labels", 2, floating=False).long()
     if lg.shape[:2] != lb.shape:
         raise ValueError(
             f"logits must be (B, T, V) with (B, T) = labels.shape {tuple(lb.shape)}, got {tuple(lg.shape)}"
@@ -251,7 +242,7 @@ def build_interleaved_example(
     Returns:
         ``{"input_ids", "labels", "attention_mask"}`` (1-D long tensors of one length).
     """
-    ids = _tensor("image_token_ids", image_token_ids, 1, floating=False).long()
+    ids = as_token_tensor(image_token_ids, "image_token_ids", 1, floating=False).long()
     for nm, v in (("boi_id", boi_id), ("eoi_id", eoi_id)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise TypeError(f"{nm} must be a non-negative int token id, got {v!r}")
@@ -259,7 +250,7 @@ def build_interleaved_example(
         raise TypeError(f"steps must be a sequence of (text, codes) pairs, got {type(steps).__name__}")
 
     def image(name: str, codes: object) -> list[int]:
-        c = _tensor(name, codes, 1, floating=False).long()
+        c = as_token_tensor(codes, name, 1, floating=False).long()
         if (c < 0).any() or (c >= ids.numel()).any():
             raise ValueError(
                 f"{name} must hold codebook ids in [0, {ids.numel()}), got range [{int(c.min())}, {int(c.max())}]"
@@ -302,8 +293,8 @@ def image_block_mask(input_ids: Tensor, vocab_size: int, image_token_ids: Tensor
                      n_tokens: int) -> Tensor:  # fmt: skip
     """``(B, V)`` bool mask of the tokens allowed next: inside an open image block (a BOI after the last EOI)
     only image tokens until ``n_tokens`` were emitted, then only EOI; everywhere else, every token."""
-    ids = _tensor("input_ids", input_ids, 2, floating=False).long()
-    img = _tensor("image_token_ids", image_token_ids, 1, floating=False).long()
+    ids = as_token_tensor(input_ids, "input_ids", 2, floating=False).long()
+    img = as_token_tensor(image_token_ids, "image_token_ids", 1, floating=False).long()
     if img.unique().numel() != img.numel() or (img < 0).any():
         raise ValueError(
             "image_token_ids must be distinct non-negative LM token ids; got duplicates or negatives"
@@ -343,9 +334,8 @@ class KMeansVQTokenizer:
     """
 
     def __init__(self, n_codes: int = 64, patch: int = 4, seed: int = 0, n_init: int = 1):
-        for nm, v in (("n_codes", n_codes), ("patch", patch), ("n_init", n_init)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{nm} must be an int >= 1, got {v!r}")
+        n_codes, patch = check_int(n_codes, "n_codes", low=1), check_int(patch, "patch", low=1)
+        n_init = check_int(n_init, "n_init", low=1)
         self.n_codes, self.patch, self.seed, self.n_init = n_codes, patch, seed, n_init
 
     def _patches(self, images: object) -> tuple[np.ndarray, tuple[int, int]]:
@@ -382,12 +372,8 @@ class KMeansVQTokenizer:
         self.channels_ = int(images.shape[-1])
         return self
 
-    def _fitted(self) -> None:
-        if not hasattr(self, "codebook_"):
-            raise RuntimeError("KMeansVQTokenizer is not fitted: call fit(images) first")
-
     def encode(self, images: object) -> Tensor:
-        self._fitted()
+        check_fitted(self, "codebook_")
         pt, (gh, gw) = self._patches(images)
         if pt.shape[1] != self.codebook_.shape[1]:
             raise ValueError(
@@ -396,8 +382,8 @@ class KMeansVQTokenizer:
         return torch.as_tensor(self.kmeans_.predict(pt), dtype=torch.long).reshape(-1, gh * gw)
 
     def decode(self, codes: Tensor, grid: tuple[int, int]) -> Tensor:
-        self._fitted()
-        c = _tensor("codes", codes, 2, floating=False).long()
+        check_fitted(self, "codebook_")
+        c = as_token_tensor(codes, "codes", 2, floating=False).long()
         gh, gw = grid
         if c.shape[1] != gh * gw:
             raise ValueError(f"codes must be (N, {gh * gw}) for grid {grid}, got {tuple(c.shape)}")

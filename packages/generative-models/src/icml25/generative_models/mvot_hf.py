@@ -24,7 +24,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "pip install 'icml25-generative-models[hf]'"
     ) from exc
 
-from icml25.generative_models.mvot import MVoTLoss, _tensor, image_block_mask
+from icml25.generative_models.mvot import MVoTLoss, as_token_tensor, image_block_mask
 
 __all__ = ["ImageBlockLogitsProcessor", "MVoTTrainer", "build_mvot_llama"]
 
@@ -37,7 +37,7 @@ class ImageBlockLogitsProcessor(transformers.LogitsProcessor):
     """
 
     def __init__(self, image_token_ids: Tensor, boi_id: int, eoi_id: int, n_tokens: int):
-        self.image_token_ids = _tensor("image_token_ids", image_token_ids, 1, floating=False).long()
+        self.image_token_ids = as_token_tensor(image_token_ids, "image_token_ids", 1, floating=False).long()
         for nm, v in (("boi_id", boi_id), ("eoi_id", eoi_id)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise TypeError(f"{nm} must be a non-negative int token id, got {v!r}")

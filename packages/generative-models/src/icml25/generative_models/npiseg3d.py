@@ -15,9 +15,11 @@ Liu et al., ICML 2025 (arXiv 2505.01726; official code ``jliu4ai/NPISeg3D``, bui
 * :class:`InteractiveSegmenter`: a small pure-torch kNN EdgeConv point backbone, AGILE3D-style click↔scene
   attention rounds and one of the two heads; ``fit`` on scenes with simulated clicks, ``predict`` on numpy
   ``(P, 3)`` points and clicks → labels and per-point uncertainty.
-* :func:`simulate_clicks` (the next click at the most interior point of the largest error region, optionally
-  weighted by uncertainty), :func:`object_ious`, :func:`noc_at`, :func:`uncertainty_auroc`,
-  :func:`expected_calibration_error` (scikit-learn) and :func:`make_scene` (procedural primitive scenes).
+* The interactive evaluation protocol lives in :mod:`icml25.generative_models.npiseg3d_eval` (kNN graph,
+  :func:`simulate_clicks`: the next click at the most interior point of the largest error region, optionally
+  weighted by uncertainty; :func:`object_ious`, :func:`noc_at`, :func:`uncertainty_auroc`,
+  :func:`expected_calibration_error`), the procedural primitive scenes (:func:`make_scene`) in
+  :mod:`icml25.generative_models.npiseg3d_toy`; both are re-exported here.
 """
 
 from __future__ import annotations
@@ -29,12 +31,22 @@ from typing import Literal
 import numpy as np
 import torch
 import torch.nn.functional as F
-from scipy.sparse import coo_matrix
-from scipy.sparse.csgraph import connected_components
-from sklearn.calibration import calibration_curve
-from sklearn.metrics import roc_auc_score
 from torch import nn
 
+from icml25.generative_models.npiseg3d_eval import (
+    Click,
+    check_labels,
+    check_points,
+    clicks_on_graph,
+    expected_calibration_error,
+    knn,
+    noc_at,
+    object_ious,
+    simulate_clicks,
+    uncertainty_auroc,
+)
+from icml25.generative_models.npiseg3d_toy import make_scene
+from icml25.kernels.checks import check_choice, check_float, check_int, check_tensor
 from icml25.kernels.rng import isolated_rng, make_generator
 
 __all__ = [
@@ -52,48 +64,15 @@ __all__ = [
     "uncertainty_auroc",
 ]
 
-TRAIN_KINDS = ("sphere", "box", "cylinder")
-OOD_KINDS = ("torus", "cone")
-_KINDS = ("sphere", "box", "cylinder", "torus", "cone")
-
 
 # ------------------------------------------------------------------------------------------ validation
-def _finite_tensor(x: object, name: str, ndim: int | None = None) -> torch.Tensor:
+# ------------------------------------------------------------------------------------------ validation
+def _as_tensor(x: object) -> object:
+    """A numpy array, list or tuple as a tensor (the heads take either); anything else unchanged, for
+    :func:`~icml25.kernels.checks.check_tensor` to judge."""
     if isinstance(x, np.ndarray):
-        x = torch.from_numpy(np.ascontiguousarray(x))
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor or numpy array, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
-    if ndim is not None and x.dim() != ndim:
-        raise ValueError(f"{name} must have {ndim} dimensions, got shape {tuple(x.shape)}")
-    if x.numel() == 0:
-        raise ValueError(f"{name} must be non-empty, got shape {tuple(x.shape)}")
-    bad = ~torch.isfinite(x)
-    if bool(bad.any()):
-        n_nan = int(torch.isnan(x).sum())
-        raise ValueError(
-            f"{name} must be finite; got {n_nan} NaN and {int(bad.sum()) - n_nan} Inf values in a tensor of "
-            f"shape {tuple(x.shape)}"
-        )
-    big = float(x.detach().abs().max())
-    if big > 1e15:
-        raise ValueError(f"{name} must have magnitude <= 1e15, got max |x| = {big:.3g}")
-    return x
-
-
-def _index_tensor(x: object, name: str) -> torch.Tensor:
-    if isinstance(x, np.ndarray):
-        x = torch.from_numpy(np.ascontiguousarray(x))
-    if isinstance(x, (list, tuple)):
-        x = torch.as_tensor(x)
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be an integer tensor or array, got {type(x).__name__}")
-    if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
-        raise TypeError(f"{name} must be an integer tensor, got dtype {x.dtype}")
-    if x.dim() != 1:
-        raise ValueError(f"{name} must be 1-D, got shape {tuple(x.shape)}")
-    return x.long()
+        return torch.from_numpy(np.ascontiguousarray(x))
+    return torch.as_tensor(x) if isinstance(x, (list, tuple)) else x
 
 
 def _check_click_objects(click_obj: torch.Tensor, name: str, allow_no_background: bool) -> int:
@@ -138,14 +117,6 @@ class NPOut:
         return self.logits.mean(-1).argmax(-1)
 
 
-@dataclass(frozen=True)
-class Click:
-    """One user click: the clicked point's index and the object label it marks (0 = background)."""
-
-    index: int
-    label: int
-
-
 def _mlp(d_in: int, d_out: int, hidden: int | None = None) -> nn.Sequential:
     hidden = hidden or d_in
     return nn.Sequential(nn.Linear(d_in, hidden), nn.ReLU(), nn.Linear(hidden, d_out))
@@ -172,16 +143,19 @@ class ClickAttentionHead(nn.Module):
 
     def __init__(self, dim: int = 128, allow_no_background: bool = False) -> None:
         super().__init__()
-        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
-            raise ValueError(f"dim must be a positive int, got {dim!r}")
+        dim = check_int(dim, "dim", low=1)
         self.dim, self.allow_no_background = dim, bool(allow_no_background)
         self.query_mlp = nn.Sequential(nn.LayerNorm(dim), _mlp(dim, dim))
         self.bg_query = nn.Parameter(torch.zeros(dim))
 
     def _inputs(self, point_feats, click_feats, click_obj):
-        point_feats = _finite_tensor(point_feats, "point_feats", 2)
-        click_feats = _finite_tensor(click_feats, "click_feats", 2)
-        click_obj = _index_tensor(click_obj, "click_obj")
+        point_feats = check_tensor(
+            _as_tensor(point_feats), "point_feats", ndim=2, non_empty=True, max_abs=1e15
+        )
+        click_feats = check_tensor(
+            _as_tensor(click_feats), "click_feats", ndim=2, non_empty=True, max_abs=1e15
+        )
+        click_obj = check_tensor(_as_tensor(click_obj), "click_obj", ndim=1, dtype="int").long()
         for name, t in (("point_feats", point_feats), ("click_feats", click_feats)):
             if t.shape[1] != self.dim:
                 raise ValueError(f"{name} must have {self.dim} features (dim), got shape {tuple(t.shape)}")
@@ -243,14 +217,11 @@ class HierarchicalNPHead(ClickAttentionHead):
 
     def __init__(self, dim: int = 128, n_samples: int = 10, scene_weight: float = 0.2, scene_layers: int = 1,
                  heads: int = 8, collapse_sigma: bool = False, allow_no_background: bool = False) -> None:  # fmt: skip
-        if isinstance(n_samples, bool) or not isinstance(n_samples, int) or n_samples < 1:
-            raise ValueError(f"n_samples must be an int >= 1, got {n_samples!r}")
-        if not isinstance(scene_weight, (int, float)) or not 0.0 <= float(scene_weight) <= 1.0:
-            raise ValueError(f"scene_weight must be in [0, 1], got {scene_weight!r}")
-        if isinstance(heads, bool) or not isinstance(heads, int) or heads < 1 or dim % heads:
+        n_samples = check_int(n_samples, "n_samples", low=1)
+        scene_weight = check_float(scene_weight, "scene_weight", low=0.0, high=1.0)
+        if check_int(heads, "heads", low=1) and dim % heads:
             raise ValueError(f"heads must be a positive int dividing dim={dim}, got {heads!r}")
-        if isinstance(scene_layers, bool) or not isinstance(scene_layers, int) or scene_layers < 1:
-            raise ValueError(f"scene_layers must be an int >= 1, got {scene_layers!r}")
+        scene_layers = check_int(scene_layers, "scene_layers", low=1)
         super().__init__(dim, allow_no_background)
         self.n_samples, self.scene_weight = n_samples, float(scene_weight)
         self.collapse_sigma = bool(collapse_sigma)
@@ -297,8 +268,10 @@ class HierarchicalNPHead(ClickAttentionHead):
         out = NPOut(logits, sigma_mean=float(sig_o.detach().mean()))
         if target_feats is None:
             return out
-        target_feats = _finite_tensor(target_feats, "target_feats", 2)
-        target_obj = _index_tensor(target_obj, "target_obj")
+        target_feats = check_tensor(
+            _as_tensor(target_feats), "target_feats", ndim=2, non_empty=True, max_abs=1e15
+        )
+        target_obj = check_tensor(_as_tensor(target_obj), "target_obj", ndim=1, dtype="int").long()
         if target_feats.shape[1] != self.dim or target_obj.shape[0] != target_feats.shape[0]:
             raise ValueError(
                 f"target_feats must be [T, {self.dim}] with one target_obj label per row; got "
@@ -330,9 +303,8 @@ def predictive_uncertainty(
     ``maxprob_var``: variance over the S samples of each sample's max softmax probability (the official
     ``compute_uncertainty``; in [0, 0.25]); ``entropy``: entropy of the sample-mean probabilities;
     ``mutual_info``: that entropy minus the mean per-sample entropy (≥ 0). All are 0 for identical samples."""
-    logits = _finite_tensor(logits, "logits", 3)
-    if kind not in ("maxprob_var", "entropy", "mutual_info"):
-        raise ValueError(f"kind must be 'maxprob_var', 'entropy' or 'mutual_info', got {kind!r}")
+    logits = check_tensor(_as_tensor(logits), "logits", ndim=3, non_empty=True, max_abs=1e15)
+    check_choice(kind, "kind", ("maxprob_var", "entropy", "mutual_info"))
     probs = logits.double().softmax(1)
     if kind == "maxprob_var":
         return probs.max(1).values.var(-1, unbiased=False).to(logits.dtype)
@@ -344,319 +316,6 @@ def predictive_uncertainty(
     if kind == "entropy":
         return mean_ent.to(logits.dtype)
     return (mean_ent - ent(probs).mean(-1)).clamp_min(0).to(logits.dtype)
-
-
-# ------------------------------------------------------------------------------------------------- scenes
-def _surface(kind: str, n: int, size: float, rng: np.random.Generator) -> np.ndarray:
-    """``n`` points on a primitive of footprint radius ≈ ``size`` resting on z = 0, centred at the origin."""
-    if kind == "sphere":
-        v = rng.normal(size=(n, 3))
-        return v / np.linalg.norm(v, axis=1, keepdims=True) * size + [0, 0, size]
-    if kind == "box":
-        ext = size * rng.uniform(0.55, 0.7, 3) * [1, 1, 1.3]
-        areas = np.array([ext[1] * ext[2], ext[0] * ext[2], ext[0] * ext[1]])
-        face = rng.choice(6, size=n, p=np.repeat(areas, 2) / (2 * areas.sum()))
-        p = rng.uniform(-1, 1, size=(n, 3))
-        ax, sign = face // 2, np.where(face % 2 == 0, 1.0, -1.0)
-        p[np.arange(n), ax] = sign
-        p = p * ext + [0, 0, ext[2]]
-    elif kind == "cylinder":
-        r, h = size * 0.85, size * rng.uniform(1.2, 2.0)
-        side = 2 * np.pi * r * h
-        cap = np.pi * r * r
-        part = rng.choice(3, size=n, p=np.array([side, cap, cap]) / (side + 2 * cap))
-        th = rng.uniform(0, 2 * np.pi, n)
-        rad = np.where(part == 0, r, r * np.sqrt(rng.uniform(0, 1, n)))
-        z = np.where(part == 0, rng.uniform(0, h, n), np.where(part == 1, h, 0.0))
-        p = np.stack([rad * np.cos(th), rad * np.sin(th), z], 1)
-    elif kind == "torus":
-        R, r = size * 0.7, size * 0.3
-        u, v = rng.uniform(0, 2 * np.pi, n), rng.uniform(0, 2 * np.pi, n)
-        keep = rng.uniform(0, 1, n) < (R + r * np.cos(v)) / (R + r)  # area-uniform by rejection
-        u, v = u[keep], v[keep]
-        while u.size < n:
-            u2, v2 = rng.uniform(0, 2 * np.pi, n), rng.uniform(0, 2 * np.pi, n)
-            k2 = rng.uniform(0, 1, n) < (R + r * np.cos(v2)) / (R + r)
-            u, v = np.concatenate([u, u2[k2]]), np.concatenate([v, v2[k2]])
-        u, v = u[:n], v[:n]
-        p = np.stack([(R + r * np.cos(v)) * np.cos(u), (R + r * np.cos(v)) * np.sin(u), r * np.sin(v) + r], 1)
-    elif kind == "cone":
-        r, h = size * 0.9, size * rng.uniform(1.4, 2.2)
-        slant = np.pi * r * math.hypot(r, h)
-        cap = np.pi * r * r
-        on_side = rng.uniform(0, 1, n) < slant / (slant + cap)
-        th = rng.uniform(0, 2 * np.pi, n)
-        t = np.sqrt(rng.uniform(0, 1, n))
-        rad = np.where(on_side, r * t, r * np.sqrt(rng.uniform(0, 1, n)))
-        z = np.where(on_side, h * (1 - t), 0.0)
-        p = np.stack([rad * np.cos(th), rad * np.sin(th), z], 1)
-    else:
-        raise ValueError(f"kinds must be among {_KINDS}, got {kind!r}")
-    if kind in ("box",):
-        a = rng.uniform(0, 2 * np.pi)
-        rot = np.array([[np.cos(a), -np.sin(a), 0], [np.sin(a), np.cos(a), 0], [0, 0, 1]])
-        p = p @ rot.T
-    return p
-
-
-def make_scene(
-    n_points: int = 2048,
-    n_objects: tuple[int, int] = (3, 6),
-    kinds: tuple[str, ...] = TRAIN_KINDS,
-    noise: float = 0.01,
-    seed: int = 0,
-) -> tuple[np.ndarray, np.ndarray]:
-    """A procedural scene: a ground plane (label 0) and ``n_objects`` (inclusive range) primitives of the
-    given ``kinds`` with random sizes and poses, touching or nearly touching (gaps in [0, 0.05]).
-
-    Returns ``points [n_points, 3]`` (float32, Gaussian noise σ = ``noise``) and ``labels [n_points]``
-    (int64, 0 = ground, objects 1..O). Points are split area-proportionally, ~30% on the ground."""
-    if isinstance(n_points, bool) or not isinstance(n_points, (int, np.integer)) or n_points < 64:
-        raise ValueError(f"n_points must be an int >= 64, got {n_points!r}")
-    lo, hi = n_objects
-    if not (1 <= int(lo) <= int(hi) <= 12):
-        raise ValueError(f"n_objects must be (lo, hi) with 1 <= lo <= hi <= 12, got {n_objects!r}")
-    if not kinds or any(k not in _KINDS for k in kinds):
-        raise ValueError(f"kinds must be a non-empty tuple from {_KINDS}, got {kinds!r}")
-    if not (isinstance(noise, (int, float)) and 0.0 <= float(noise) <= 0.2):
-        raise ValueError(f"noise must be in [0, 0.2], got {noise!r}")
-    rng = np.random.default_rng(seed)
-    n_obj = int(rng.integers(int(lo), int(hi) + 1))
-    sizes = rng.uniform(0.15, 0.3, n_obj)
-    centres = np.zeros((n_obj, 2))
-    for i in range(1, n_obj):
-        for _ in range(200):
-            j = int(rng.integers(i))
-            a = rng.uniform(0, 2 * np.pi)
-            c = centres[j] + (sizes[i] + sizes[j] + rng.uniform(0.0, 0.05)) * np.array([np.cos(a), np.sin(a)])
-            d = np.linalg.norm(centres[:i] - c, axis=1) - sizes[:i] - sizes[i]
-            if d.min() >= -1e-9:
-                break
-        centres[i] = c
-    n_ground = int(0.3 * n_points)
-    weights = sizes**2
-    counts = np.floor(weights / weights.sum() * (n_points - n_ground)).astype(int)
-    counts[: (n_points - n_ground - counts.sum())] += 1
-    pts, labels = [], []
-    for i in range(n_obj):
-        kind = kinds[int(rng.integers(len(kinds)))]
-        p = _surface(kind, int(counts[i]), float(sizes[i]), rng)
-        pts.append(p + np.array([centres[i, 0], centres[i, 1], 0.0]))
-        labels.append(np.full(int(counts[i]), i + 1))
-    lo_xy = (centres - sizes[:, None]).min(0) - 0.25
-    hi_xy = (centres + sizes[:, None]).max(0) + 0.25
-    g = np.concatenate([rng.uniform(lo_xy, hi_xy, size=(n_ground, 2)), np.zeros((n_ground, 1))], 1)
-    pts.insert(0, g)
-    labels.insert(0, np.zeros(n_ground, dtype=int))
-    points = np.concatenate(pts) + rng.normal(scale=float(noise), size=(n_points, 3))
-    points[:, :2] -= points[:, :2].mean(0)
-    perm = rng.permutation(n_points)
-    return points[perm].astype(np.float32), np.concatenate(labels)[perm].astype(np.int64)
-
-
-# ------------------------------------------------------------------------------------------- geometry
-def _points_array(points: object, name: str = "points", min_points: int = 1) -> np.ndarray:
-    if isinstance(points, torch.Tensor):
-        points = points.detach().cpu().numpy()
-    if not isinstance(points, np.ndarray):
-        raise TypeError(f"{name} must be a numpy array of shape (P, 3), got {type(points).__name__}")
-    if points.dtype.kind != "f":
-        raise TypeError(f"{name} must be a floating-point array, got dtype {points.dtype}")
-    if points.ndim != 2 or points.shape[1] != 3:
-        raise ValueError(f"{name} must have shape (P, 3), got {points.shape}")
-    if points.shape[0] < min_points:
-        raise ValueError(
-            f"{name} must have at least {min_points} points (k of the kNN graph), got {points.shape[0]}"
-        )
-    if not np.isfinite(points).all():
-        raise ValueError(f"{name} must be finite; got {int(np.isnan(points).sum())} NaN and "
-                         f"{int(np.isinf(points).sum())} Inf values in an array of shape {points.shape}")  # fmt: skip
-    if np.abs(points).max() > 1e6:
-        raise ValueError(f"{name} must have coordinates of magnitude <= 1e6, got {np.abs(points).max():.3g}")
-    if points.shape[0] > 1 and float(np.ptp(points, axis=0).max()) == 0.0:
-        raise ValueError(f"{name} must not be a single repeated point (all coordinates equal)")
-    return points
-
-
-def _labels_array(labels: object, name: str, n: int) -> np.ndarray:
-    if isinstance(labels, torch.Tensor):
-        labels = labels.detach().cpu().numpy()
-    if not isinstance(labels, np.ndarray):
-        raise TypeError(f"{name} must be a numpy integer array of shape ({n},), got {type(labels).__name__}")
-    if labels.dtype.kind not in "iu":
-        raise TypeError(f"{name} must be an integer array, got dtype {labels.dtype}")
-    if labels.shape != (n,):
-        raise ValueError(f"{name} must have shape ({n},), got {labels.shape}")
-    if n and labels.min() < 0:
-        raise ValueError(f"{name} must hold labels >= 0, got {labels.min()}")
-    return labels.astype(np.int64)
-
-
-def _knn(points: torch.Tensor, k: int) -> torch.Tensor:
-    """Indices ``[P, k]`` of each point's k nearest neighbours (itself excluded)."""
-    d = torch.cdist(points, points)
-    d.fill_diagonal_(float("inf"))
-    return d.topk(k, largest=False).indices
-
-
-def _interior_point(points: np.ndarray, region: np.ndarray, weight: np.ndarray | None = None) -> int:
-    """Index of the region point farthest from every point outside the region (optionally × weight)."""
-    idx = np.flatnonzero(region)
-    outside = points[~region]
-    if outside.shape[0] == 0:
-        dist = np.ones(idx.size)
-    else:
-        dist = torch.cdist(torch.from_numpy(points[idx]), torch.from_numpy(outside))
-        dist = dist.min(1).values.numpy()
-    if weight is not None and float(weight[idx].max()) > 0:
-        dist = dist * weight[idx]
-    return int(idx[int(np.argmax(dist))])
-
-
-def _largest_component(region: np.ndarray, neighbors: np.ndarray) -> np.ndarray:
-    n = region.size
-    rows = np.repeat(np.arange(n), neighbors.shape[1])
-    cols = neighbors.reshape(-1)
-    keep = region[rows] & region[cols]
-    adj = coo_matrix((np.ones(int(keep.sum())), (rows[keep], cols[keep])), shape=(n, n))
-    _, comp = connected_components(adj, directed=False)
-    sizes = np.bincount(comp[region], minlength=comp.max() + 1)
-    return region & (comp == int(np.argmax(sizes)))
-
-
-def simulate_clicks(
-    points: np.ndarray,
-    gt_labels: np.ndarray,
-    pred_labels: np.ndarray | None = None,
-    uncertainty: np.ndarray | None = None,
-    strategy: Literal["center_of_largest_error", "uncertainty_weighted"] = "center_of_largest_error",
-    k: int = 16,
-) -> list[Click]:
-    """The next simulated clicks, one per label (background 0 and every object) that still has errors.
-
-    Without ``pred_labels`` (first round) each label's click is the most interior point of its ground-truth
-    region; otherwise the most interior point of the largest connected (kNN, ``k``) error region
-    ``gt == o ∧ pred ≠ o``. ``strategy="uncertainty_weighted"`` multiplies the interior distance by the
-    min-max-normalised ``uncertainty`` (official ``seg_new.py``). ``points [P, 3]``, labels ``[P]``."""
-    points = _points_array(points, "points", min_points=k + 1)
-    n = points.shape[0]
-    gt = _labels_array(gt_labels, "gt_labels", n)
-    pred = None if pred_labels is None else _labels_array(pred_labels, "pred_labels", n)
-    if strategy not in ("center_of_largest_error", "uncertainty_weighted"):
-        raise ValueError(
-            f"strategy must be 'center_of_largest_error' or 'uncertainty_weighted', got {strategy!r}"
-        )
-    weight = None
-    if strategy == "uncertainty_weighted":
-        if uncertainty is None:
-            raise ValueError("uncertainty is required for strategy='uncertainty_weighted'")
-        u = np.asarray(uncertainty, dtype=np.float64)
-        if u.shape != (n,) or not np.isfinite(u).all():
-            raise ValueError(f"uncertainty must be a finite array of shape ({n},), got shape {u.shape}")
-        span = u.max() - u.min()
-        weight = (u - u.min()) / span if span > 0 else np.ones(n)
-    return _simulate(points, gt, pred, weight, _knn(torch.from_numpy(points), k).numpy())
-
-
-def _simulate(points, gt, pred, weight, neighbors) -> list[Click]:
-    clicks = []
-    for o in np.unique(gt):
-        region = gt == o if pred is None else (gt == o) & (pred != o)
-        if not region.any():
-            continue
-        comp = _largest_component(region, neighbors)
-        clicks.append(Click(_interior_point(points, comp, weight), int(o)))
-    return clicks
-
-
-# -------------------------------------------------------------------------------------------- metrics
-def object_ious(pred_labels: np.ndarray, gt_labels: np.ndarray) -> np.ndarray:
-    """IoU of every object ``1..O`` of ``gt_labels`` (background 0 excluded) → ``[O]``."""
-    n = (
-        int(gt_labels.shape[0])
-        if isinstance(gt_labels, (np.ndarray, torch.Tensor)) and gt_labels.ndim
-        else -1
-    )
-    gt = _labels_array(gt_labels, "gt_labels", n)
-    if gt.size == 0:
-        raise ValueError("gt_labels must be non-empty, got shape (0,)")
-    pred = _labels_array(pred_labels, "pred_labels", gt.shape[0])
-    n_obj = int(gt.max())
-    if n_obj < 1:
-        raise ValueError("gt_labels must contain at least one object (a label >= 1)")
-    missing = sorted(set(range(1, n_obj + 1)) - set(np.unique(gt).tolist()))
-    if missing:
-        raise ValueError(f"gt_labels must use every object label 1..{n_obj}; missing {missing}")
-    out = np.empty(n_obj)
-    for o in range(1, n_obj + 1):
-        a, b = gt == o, pred == o
-        union = (a | b).sum()
-        out[o - 1] = (a & b).sum() / union if union else 1.0
-    return out
-
-
-def noc_at(iou_curve: np.ndarray, threshold: float = 0.8, max_clicks: int | None = None) -> float:
-    """Mean number of clicks per object to reach ``threshold`` IoU: ``iou_curve [N, K]`` holds the IoU after
-    1..K clicks; a curve that never reaches it counts ``max_clicks`` (default K)."""
-    curve = iou_curve.detach().cpu().numpy() if isinstance(iou_curve, torch.Tensor) else np.asarray(iou_curve)
-    if curve.dtype.kind != "f":
-        raise TypeError(f"iou_curve must be a floating-point array, got dtype {curve.dtype}")
-    if curve.ndim != 2 or curve.size == 0:
-        raise ValueError(f"iou_curve must be a non-empty (N, K) array, got shape {curve.shape}")
-    if not np.isfinite(curve).all() or curve.min() < 0 or curve.max() > 1:
-        raise ValueError("iou_curve must hold finite IoUs in [0, 1]")
-    if not (isinstance(threshold, (int, float)) and 0.0 < float(threshold) <= 1.0):
-        raise ValueError(f"threshold must be in (0, 1], got {threshold!r}")
-    cap = curve.shape[1] if max_clicks is None else int(max_clicks)
-    hit = curve >= threshold
-    first = np.where(hit.any(1), hit.argmax(1) + 1, cap)
-    return float(first.mean())
-
-
-def uncertainty_auroc(uncertainty: np.ndarray, errors: np.ndarray) -> float:
-    """ROC AUC of ``uncertainty [N]`` for detecting misclassified points ``errors [N]`` (bool), via
-    :func:`sklearn.metrics.roc_auc_score`; 0.5 = uninformative."""
-    u = np.asarray(uncertainty.detach().cpu() if isinstance(uncertainty, torch.Tensor) else uncertainty)
-    e = np.asarray(errors.detach().cpu() if isinstance(errors, torch.Tensor) else errors)
-    if u.ndim != 1 or e.shape != u.shape or u.size == 0:
-        raise ValueError(
-            f"uncertainty and errors must be 1-D of equal non-zero length, got {u.shape}, {e.shape}"
-        )
-    if u.dtype.kind not in "fiu" or not np.isfinite(u).all():
-        raise ValueError("uncertainty must be a finite numeric array")
-    if e.dtype != bool:
-        raise TypeError(f"errors must be a boolean array, got dtype {e.dtype}")
-    if e.all() or not e.any():
-        raise ValueError("errors must contain both correct (False) and wrong (True) points")
-    return float(roc_auc_score(e, u))
-
-
-def expected_calibration_error(confidence: np.ndarray, correct: np.ndarray, n_bins: int = 10) -> float:
-    """ECE: Σ_b (n_b/N)·|acc_b − conf_b| over ``n_bins`` uniform bins, bin means from
-    :func:`sklearn.calibration.calibration_curve`. ``confidence [N]`` in [0, 1], ``correct [N]`` bool."""
-    c = np.asarray(confidence)
-    y = np.asarray(correct)
-    if c.dtype.kind != "f":
-        raise TypeError(f"confidence must be a floating-point array, got dtype {c.dtype}")
-    if c.ndim != 1 or y.shape != c.shape or c.size == 0:
-        raise ValueError(
-            f"confidence and correct must be 1-D of equal non-zero length, got {c.shape}, {y.shape}"
-        )
-    if not np.isfinite(c).all() or c.min() < 0 or c.max() > 1:
-        raise ValueError("confidence must hold finite probabilities in [0, 1]")
-    if y.dtype != bool:
-        raise TypeError(f"correct must be a boolean array, got dtype {y.dtype}")
-    if isinstance(n_bins, bool) or not isinstance(n_bins, int) or n_bins < 1:
-        raise ValueError(f"n_bins must be an int >= 1, got {n_bins!r}")
-    if y.all() or not y.any():
-        return float(abs(y.mean() - c.mean()))
-    acc, conf = calibration_curve(y, c, n_bins=n_bins, strategy="uniform")
-    edges = np.linspace(0.0, 1.0, n_bins + 1)
-    counts = np.bincount(
-        np.clip(np.searchsorted(edges[1:-1], c, side="right"), 0, n_bins - 1), minlength=n_bins
-    )
-    counts = counts[counts > 0]
-    return float((counts / c.size * np.abs(acc - conf)).sum())
 
 
 # ------------------------------------------------------------------------------------------- segmenter
@@ -713,13 +372,9 @@ class InteractiveSegmenter(nn.Module):
                  n_samples: int = 8, scene_weight: float = 0.2, k: int = 16, heads: int = 4,
                  collapse_sigma: bool = False, seed: int = 0) -> None:  # fmt: skip
         super().__init__()
-        if head not in ("np", "deterministic"):
-            raise ValueError(f"head must be 'np' or 'deterministic', got {head!r}")
-        if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
-            raise ValueError(f"rounds must be an int >= 1, got {rounds!r}")
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(f"k must be an int >= 1, got {k!r}")
-        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 2 or dim % 2:
+        check_choice(head, "head", ("np", "deterministic"))
+        rounds, k = check_int(rounds, "rounds", low=1), check_int(k, "k", low=1)
+        if check_int(dim, "dim", low=2) % 2:
             raise ValueError(f"dim must be an even int >= 2, got {dim!r}")
         self.dim, self.k, self.head_kind, self.rounds = dim, k, head, rounds
         with isolated_rng(seed):
@@ -806,10 +461,10 @@ class InteractiveSegmenter(nn.Module):
     ) -> tuple[np.ndarray, np.ndarray]:
         """Labels ``[P]`` (0 = background, 1..O) and per-point uncertainty ``[P]`` (max-prob variance over the
         NP samples; ``1 − max prob`` for the deterministic head) for ``points [P, 3]`` and ``clicks``."""
-        pts = _points_array(points, "points", min_points=self.k + 1)
+        pts = check_points(points, "points", min_points=self.k + 1)
         idx, obj = self._clicks(clicks, pts.shape[0])
         xyz = self._normalise(pts)
-        feats = self.encode(xyz, _knn(xyz, self.k))
+        feats = self.encode(xyz, knn(xyz, self.k))
         out, _ = self.decode(feats, xyz, idx, obj, generator=make_generator(seed))
         return out.labels.numpy(), self.uncertainty(out).numpy()
 
@@ -850,16 +505,14 @@ class InteractiveSegmenter(nn.Module):
         per-step losses."""
         if not isinstance(scenes, (list, tuple)) or not scenes:
             raise ValueError("scenes must be a non-empty list of (points, labels) pairs")
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-            raise ValueError(f"steps must be an int >= 1, got {steps!r}")
-        if not (isinstance(lr, (int, float)) and 0 < float(lr) < 1):
-            raise ValueError(f"lr must be in (0, 1), got {lr!r}")
+        steps = check_int(steps, "steps", low=1)
+        lr = check_float(lr, "lr", low=0.0, high=1.0, low_open=True, high_open=True)
         prepared = []
         for i, sc in enumerate(scenes):
             if not isinstance(sc, (list, tuple)) or len(sc) != 2:
                 raise ValueError(f"scenes[{i}] must be a (points, labels) pair")
-            pts = _points_array(sc[0], f"scenes[{i}] points", min_points=self.k + 1)
-            lab = _labels_array(sc[1], f"scenes[{i}] labels", pts.shape[0])
+            pts = check_points(sc[0], f"scenes[{i}] points", min_points=self.k + 1)
+            lab = check_labels(sc[1], f"scenes[{i}] labels", pts.shape[0])
             if lab.max() < 1:
                 raise ValueError(f"scenes[{i}] labels must contain at least one object (a label >= 1)")
             missing = sorted(set(range(int(lab.max()) + 1)) - set(np.unique(lab).tolist()))
@@ -868,7 +521,7 @@ class InteractiveSegmenter(nn.Module):
                     f"scenes[{i}] labels must use every label 0..{int(lab.max())} (0 = background); missing {missing}"
                 )
             xyz = self._normalise(pts)
-            nbr = _knn(xyz, self.k)
+            nbr = knn(xyz, self.k)
             prepared.append((pts, torch.from_numpy(lab), xyz, nbr, nbr.numpy()))
         rng = np.random.default_rng(seed)
         gen = make_generator(seed)
@@ -878,12 +531,12 @@ class InteractiveSegmenter(nn.Module):
         for step in range(steps):
             pts, lab, xyz, nbr, nbr_np = prepared[int(rng.integers(len(prepared)))]
             feats = self.encode(xyz, nbr)
-            clicks = _simulate(pts, lab.numpy(), None, None, nbr_np)
+            clicks = clicks_on_graph(pts, lab.numpy(), None, None, nbr_np)
             for _ in range(int(rng.integers(0, max_extra_clicks + 1))):
                 idx, obj = self._click_tensors(clicks)
                 with torch.no_grad():
                     pred = self.decode(feats.detach(), xyz, idx, obj, generator=gen)[0].labels.numpy()
-                new = _simulate(pts, lab.numpy(), pred, None, nbr_np)
+                new = clicks_on_graph(pts, lab.numpy(), pred, None, nbr_np)
                 if not new:
                     break
                 clicks = clicks + [c for c in new if c.index not in {d.index for d in clicks}]

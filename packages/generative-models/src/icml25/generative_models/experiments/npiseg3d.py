@@ -6,7 +6,7 @@ process over scene and object latents (clicks = context, points = targets) segme
 at least as well as the deterministic AGILE3D click-attention head, and its latent samples give per-point
 uncertainty that concentrates on the errors, in domain and on unseen object types.
 
-Setting (:class:`Setting`): procedural scenes (:func:`~icml25.generative_models.npiseg3d.make_scene`): a
+Setting (:class:`Setting`): procedural scenes (:func:`~icml25.generative_models.npiseg3d_toy.make_scene`): a
 ground plane and 3-6 touching or nearly touching primitives; training and in-domain test objects are spheres,
 boxes and cylinders, the out-of-domain test objects tori and cones. Both models share the network (pure-torch
 kNN EdgeConv backbone, width 64, AGILE3D decoder rounds) and training recipe; only the last round's mask head
@@ -39,18 +39,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from icml25.generative_models.npiseg3d import (
-    OOD_KINDS,
-    TRAIN_KINDS,
-    InteractiveSegmenter,
-    _knn,
-    _simulate,
+from icml25.generative_models.npiseg3d import InteractiveSegmenter
+from icml25.generative_models.npiseg3d_eval import (
+    clicks_on_graph,
     expected_calibration_error,
-    make_scene,
+    knn,
     noc_at,
     object_ious,
     uncertainty_auroc,
 )
+from icml25.generative_models.npiseg3d_toy import OOD_KINDS, TRAIN_KINDS, make_scene
 from icml25.kernels.experiment import (
     Check,
     Report,
@@ -170,9 +168,9 @@ def evaluate_model(
     gen = make_generator(seed)
     for pts, lab in test:
         xyz = model._normalise(pts)
-        nbr = _knn(xyz, model.k)
+        nbr = knn(xyz, model.k)
         feats = model.encode(xyz, nbr)
-        clicks = _simulate(pts, lab, None, None, nbr.numpy())
+        clicks = clicks_on_graph(pts, lab, None, None, nbr.numpy())
         curve = []
         for c in range(max_clicks):
             idx = torch.tensor([k.index for k in clicks])
@@ -187,7 +185,7 @@ def evaluate_model(
                 err.append(pred != lab)
                 conf.append(probs.max(1).values.numpy())
                 sigmas.append(out.sigma_mean)
-            new = _simulate(pts, lab, pred, None, nbr.numpy())
+            new = clicks_on_graph(pts, lab, pred, None, nbr.numpy())
             taken = {k.index for k in clicks}
             clicks = clicks + [k for k in new if k.index not in taken]
         curves.append(np.stack(curve, 1))
@@ -236,8 +234,8 @@ def evaluate(setting: Setting, seed: int = 0, out_dir: str | Path | None = None,
             pts, lab = train[0]
             xyz = model._normalise(pts)
             with torch.no_grad():
-                feats = model.encode(xyz, _knn(xyz, model.k))
-                clicks = _simulate(pts, lab, None, None, _knn(xyz, model.k).numpy())
+                feats = model.encode(xyz, knn(xyz, model.k))
+                clicks = clicks_on_graph(pts, lab, None, None, knn(xyz, model.k).numpy())
                 idx = torch.tensor([c.index for c in clicks])
                 obj = torch.tensor([c.label for c in clicks])
                 tidx, tobj = model._target_clicks(torch.from_numpy(lab), 10, np.random.default_rng(seed))
