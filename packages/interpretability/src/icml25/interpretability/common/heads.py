@@ -3,9 +3,8 @@
 The hook site reads and writes each attention head's activation ``z[l, h]``: head ``h``'s ``d_head`` slice
 of the *input* of layer ``l``'s attention output projection (``o_proj`` / ``c_proj`` / ``dense``), through a
 forward pre-hook that splits the heads; the modelling code is never forked. Used by Yin & Steinhardt, "Which
-Attention Heads Matter for In-Context Learning?", ICML 2025 (P51: function-vector scores and mean ablations)
-and Li et al., "From Black Boxes to Transparent Minds", ICML 2025 (P42: per-head belief probes and
-inference-time intervention). Supported families (:class:`HeadActivationSite`): Hugging Face Llama /
+Attention Heads Matter for In-Context Learning?" (P51: function-vector scores and mean ablations) and Li et
+al., "From Black Boxes to Transparent Minds" (P42: per-head belief probes and inference-time intervention). Supported families (:class:`HeadActivationSite`): Hugging Face Llama /
 Mistral / Qwen2 (and P51's ``TinyICLTransformer``, which has the same module paths), GPT-2 and GPT-NeoX.
 
 Head selection: :func:`select_heads` (the top-k heads by a score ``[L, H]``, optionally after excluding the
