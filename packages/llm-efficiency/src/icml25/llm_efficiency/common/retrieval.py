@@ -1,4 +1,4 @@
-"""The dense and lexical retrieval primitives shared by RAPID (ICML 2025, P03) and LaRA (ICML 2025, P38).
+"""The dense and lexical retrieval primitives shared by RAPID (P03) and LaRA (P38).
 
 Chen et al., "RAPID: Long-Context Inference with Retrieval-Augmented Speculative Decoding" (P03) select the
 RAG drafter's chunks, and Li et al., "LaRA: Benchmarking Retrieval-Augmented Generation and Long-Context
