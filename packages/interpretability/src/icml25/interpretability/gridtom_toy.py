@@ -1,6 +1,8 @@
-"""GridToM-lite, the toy world of P42 (Li, Liu, Zou, Chen & Ma, "From Black Boxes to Transparent Minds:
-Evaluating and Enhancing the Theory of Mind in Multimodal Large Language Models", ICML 2025, arXiv
-2506.14224; official code ``Annaisavailable/GridToM``), and the small language model trained on it.
+"""From Black Boxes to Transparent Minds (GridToM) — ICML 2025, P42: the GridToM-lite toy world and its small LM.
+
+Li, Liu, Zou, Chen & Ma, "From Black Boxes to Transparent Minds: Evaluating and Enhancing the Theory of Mind
+in Multimodal Large Language Models", ICML 2025 (arXiv 2506.14224; official code ``Annaisavailable/GridToM``):
+GridToM-lite, the toy world of the reproduction, and the small language model trained on it.
 
 GridToM-lite is a token-level false-belief world standing in for the paper's multigrid videos (an object is
 put in a room, the protagonist ``P`` stays or leaves, a door stays open or closes, ``O`` moves the object; a

@@ -1,5 +1,7 @@
-"""ICL tasks and prompts of P51 (Yin & Steinhardt, "Which Attention Heads Matter for In-Context Learning?",
-ICML 2025, arXiv 2502.14010; official code ``kayoyin/icl-heads``).
+"""Which Attention Heads Matter for In-Context Learning? — ICML 2025, P51: ICL tasks and prompts.
+
+Yin & Steinhardt, "Which Attention Heads Matter for In-Context Learning?", ICML 2025 (arXiv 2502.14010;
+official code ``kayoyin/icl-heads``).
 
 A task is a list of ``(x, y)`` token-id pairs; a prompt is ``k`` demonstrations and a query laid out by an
 :class:`ICLTemplate` (the paper's ``Q: x\\nA: y\\n\\n`` tokenised, or ``x y ;`` for the synthetic tasks).

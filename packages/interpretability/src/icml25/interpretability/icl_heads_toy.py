@@ -1,6 +1,8 @@
-"""The synthetic CPU reproduction of P51 (Yin & Steinhardt, "Which Attention Heads Matter for In-Context
-Learning?", ICML 2025, arXiv 2502.14010): a tiny decoder with the Llama module paths, random word-bijection
-tasks, and its training on a mix of repeat data (which grows induction heads) and function-ICL data.
+"""Which Attention Heads Matter for In-Context Learning? — ICML 2025, P51: the synthetic toy and its training.
+
+Yin & Steinhardt, "Which Attention Heads Matter for In-Context Learning?", ICML 2025 (arXiv 2502.14010): the
+synthetic CPU reproduction, a tiny decoder with the Llama module paths, random word-bijection tasks, and its
+training on a mix of repeat data (which grows induction heads) and function-ICL data.
 
 :class:`TinyICLTransformer` is a small pre-LayerNorm decoder whose attention output projections sit where
 Llama's do (``model.layers[l].self_attn.o_proj``), so the head hook site of
