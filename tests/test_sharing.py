@@ -33,7 +33,6 @@ KNOWN = frozenset(
     {
         # rule 1: another module's private name
         "private: icml25.federated.training imports _dp_sgd_step from icml25.federated.dp",
-        "private: icml25.generative_models.coupling_flow imports _check_positive_int from icml25.generative_models.tarflow",
         "private: icml25.interpretability.sae.matryoshka_k imports _check_int from icml25.interpretability.sae.base",
         "private: icml25.llm_efficiency.pencil.generation imports _as_index_array from icml25.llm_efficiency.pencil.reduction",
         "private: icml25.llm_efficiency.pencil.generation imports _check_tok from icml25.llm_efficiency.pencil.reduction",

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from icml25.generative_models.tarflow import _check_positive_int as _check_int
+from icml25.kernels.checks import check_int
 from icml25.kernels.rng import isolated_rng, make_generator
 
 __all__ = ["CouplingFlow"]
@@ -142,10 +142,10 @@ class CouplingFlow(nn.Module):
         seed: int | None = None,
     ) -> None:
         super().__init__()
-        _check_int("in_channels", in_channels)
-        _check_int("hidden", hidden)
-        _check_int("steps_per_level", steps_per_level)
-        _check_int("levels", levels)
+        check_int(in_channels, "in_channels", low=1)
+        check_int(hidden, "hidden", low=1)
+        check_int(steps_per_level, "steps_per_level", low=1)
+        check_int(levels, "levels", low=1)
         if isinstance(img_size, int) and not isinstance(img_size, bool):
             height, width = img_size, img_size
         elif (
@@ -237,7 +237,7 @@ class CouplingFlow(nn.Module):
     def nll_bits_per_dim(self, x: Tensor, n_bins: int = 256) -> Tensor:
         """``(-log p(x) / D + log(n_bins / 2)) / ln 2`` ``(B,)``: bits/dim with bins of width ``2 / n_bins``
         on ``[-1, 1]`` data, the convention of :meth:`TarFlow.nll_bits_per_dim`."""
-        _check_int("n_bins", n_bins, minimum=2)
+        check_int(n_bins, "n_bins", low=2)
         return (-self.log_prob(x) / self.data_dim + math.log(n_bins / 2)) / math.log(2)
 
     @torch.no_grad()
@@ -254,7 +254,7 @@ class CouplingFlow(nn.Module):
         ``generator`` (or a fresh one seeded with ``seed``; neither: nondeterministic) draws the prior
         noise; the global generator is never used.
         """
-        _check_int("n", n)
+        check_int(n, "n", low=1)
         if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0:
             raise ValueError(f"temperature must be a float >= 0, got {temperature!r}")
         param = next(self.parameters())

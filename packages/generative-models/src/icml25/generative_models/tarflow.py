@@ -38,6 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from icml25.kernels.checks import check_int
 from icml25.kernels.experiment import progress
 from icml25.kernels.rng import isolated_rng, make_generator
 
@@ -266,14 +267,6 @@ class _FlowBlock(nn.Module):
 # ----------------------------------------------------------------------------------------------------
 
 
-def _check_positive_int(name: str, value: object, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int >= {minimum}, got {type(value).__name__} {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value}")
-    return value
-
-
 class TarFlow(nn.Module):
     """Transformer autoregressive normalizing flow on image patches.
 
@@ -323,13 +316,13 @@ class TarFlow(nn.Module):
         seed: int | None = None,
     ) -> None:
         super().__init__()
-        _check_positive_int("in_channels", in_channels)
-        _check_positive_int("patch_size", patch_size)
-        _check_positive_int("width", width)
-        _check_positive_int("num_blocks", num_blocks)
-        _check_positive_int("layers_per_block", layers_per_block)
-        _check_positive_int("head_dim", head_dim)
-        _check_positive_int("num_classes", num_classes, minimum=0)
+        check_int(in_channels, "in_channels", low=1)
+        check_int(patch_size, "patch_size", low=1)
+        check_int(width, "width", low=1)
+        check_int(num_blocks, "num_blocks", low=1)
+        check_int(layers_per_block, "layers_per_block", low=1)
+        check_int(head_dim, "head_dim", low=1)
+        check_int(num_classes, "num_classes", low=0)
         if isinstance(img_size, int) and not isinstance(img_size, bool):
             height, wid = img_size, img_size
         elif (
@@ -470,7 +463,7 @@ class TarFlow(nn.Module):
         Each level is a bin of width ``2 / n_bins``, so ``bpd = (-log p(x)/D + log(n_bins/2)) / ln 2``
         (the reference's ``k = 128`` for 8-bit data). Only meaningful for uniformly dequantized models.
         """
-        _check_positive_int("n_bins", n_bins, minimum=2)
+        check_int(n_bins, "n_bins", low=2)
         nll = -self.log_prob(x, y) / self.data_dim
         return (nll + math.log(n_bins / 2)) / math.log(2)
 
@@ -559,7 +552,7 @@ class TarFlow(nn.Module):
             seed: seed of a fresh generator when ``generator`` is None; with neither, a nondeterministic
                 one. The global generator is never used.
         """
-        _check_positive_int("n", n)
+        check_int(n, "n", low=1)
         if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0:
             raise ValueError(f"temperature must be a float >= 0, got {temperature!r}")
         var = self.prior_var  # (N, d); ones for the affine flow
@@ -761,10 +754,10 @@ def train_flow(
         raise ValueError(
             f"x_val must hold images of x_train's shape {tuple(x_train.shape[1:])}, got {tuple(x_val.shape)}"
         )
-    steps = _check_positive_int("steps", steps)
-    batch_size = _check_positive_int("batch_size", batch_size)
-    eval_every = _check_positive_int("eval_every", eval_every)
-    warmup = max(1, len(x_train) // batch_size) if warmup is None else _check_positive_int("warmup", warmup)
+    steps = check_int(steps, "steps", low=1)
+    batch_size = check_int(batch_size, "batch_size", low=1)
+    eval_every = check_int(eval_every, "eval_every", low=1)
+    warmup = max(1, len(x_train) // batch_size) if warmup is None else check_int(warmup, "warmup", low=1)
     lr = _check_number("lr", lr, 0.0, low_open=True)
     noise_std = _check_number("noise_std", noise_std, 0.0)
     weight_decay = _check_number("weight_decay", weight_decay, 0.0)
