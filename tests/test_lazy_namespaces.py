@@ -121,8 +121,8 @@ CLOSURES = {
         "icml25.generative_models.density_guidance", "icml25.generative_models.experiments",
         "icml25.generative_models.experiments.density_guidance", "icml25.kernels.rng",
     ],
-    "icml25.federated.experiments.fedceo": [  # P50
-        "icml25.federated.data", "icml25.federated.dp", "icml25.federated.experiments",
+    "icml25.federated.experiments.fedceo": [  # P50 (issue 82: the shared server step in federated.aggregation)
+        "icml25.federated.aggregation", "icml25.federated.data", "icml25.federated.dp", "icml25.federated.experiments",
         "icml25.federated.experiments.fedceo", "icml25.federated.fedceo", "icml25.federated.server",
         "icml25.federated.training", "icml25.kernels.datasets", "icml25.kernels.optim", "icml25.kernels.rng",
     ],

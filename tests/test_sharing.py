@@ -32,7 +32,6 @@ SOURCES = sorted(
 KNOWN = frozenset(
     {
         # rule 1: another module's private name
-        "private: icml25.federated.training imports _dp_sgd_step from icml25.federated.dp",
         "private: icml25.interpretability.sae.matryoshka_k imports _check_int from icml25.interpretability.sae.base",
         "private: icml25.llm_efficiency.pencil.generation imports _as_index_array from icml25.llm_efficiency.pencil.reduction",
         "private: icml25.llm_efficiency.pencil.generation imports _check_tok from icml25.llm_efficiency.pencil.reduction",
@@ -41,7 +40,6 @@ KNOWN = frozenset(
         "private: icml25.llm_efficiency.pencil.hf imports _locate from icml25.llm_efficiency.pencil.reduction",
         "private: icml25.llm_efficiency.slws.vim imports _check_rate from icml25.llm_efficiency.slws.shuffle",
         # rules 2 and 3: another paper's module
-        "paper: icml25.federated.fedgo (P10) imports icml25.federated.fedceo (P50)",
         "paper: icml25.generative_models.experiments.vimts (P35) imports icml25.generative_models.forecasting.visionts (P25)",
         "paper: icml25.interpretability.experiments.saeuron (P19) imports icml25.interpretability.sae (P22)",
         "paper: icml25.interpretability.saeuron (P19) imports icml25.interpretability.sae.base (P22)",

@@ -35,7 +35,12 @@ from icml25.federated import (
     tau_schedule,
     tsvt,
 )
-from icml25.federated.dp import dp_sgd_gradients, rdp_subsampled_gaussian, rdp_to_epsilon
+from icml25.federated.dp import (
+    dp_sgd_gradients,
+    dp_sgd_gradients_and_loss,
+    rdp_subsampled_gaussian,
+    rdp_to_epsilon,
+)
 from icml25.federated.training import client_update, upload_noise_std
 
 torch.set_num_threads(1)
@@ -353,6 +358,33 @@ def test_dp_sgd_reduces_to_plain_gradient_without_clipping_or_noise() -> None:
         assert torch.allclose(got[k], r, atol=1e-6)
     tiny = dp_sgd_gradients(model, loss_fn, x, y, DPConfig("sample", 0.0, 1e-3), torch.Generator())
     assert math.sqrt(sum(float(g.pow(2).sum()) for g in tiny.values())) <= 1e-3 + 1e-9
+
+
+def test_dp_sgd_gradients_and_loss_is_dp_sgd_gradients_with_the_batch_mean_loss() -> None:
+    torch.manual_seed(0)
+    model = make_mlp(5, 7, 3)
+    x, y = torch.randn(9, 5), torch.randint(0, 3, (9,))
+    loss_fn = torch.nn.functional.cross_entropy
+    dp = DPConfig("sample", 1.3, 0.7)
+    grads = dp_sgd_gradients(model, loss_fn, x, y, dp, torch.Generator().manual_seed(3))
+    same, loss = dp_sgd_gradients_and_loss(model, loss_fn, x, y, dp, torch.Generator().manual_seed(3))
+    assert grads.keys() == same.keys() and all(torch.equal(grads[k], same[k]) for k in grads)
+    assert loss == pytest.approx(float(loss_fn(model(x), y)), rel=1e-6)
+    _, empty_loss = dp_sgd_gradients_and_loss(
+        model, loss_fn, x[:0], y[:0], dp, torch.Generator(), expected_batch_size=4.0
+    )
+    assert math.isnan(empty_loss)
+
+
+def test_the_shared_server_step_is_one_object_wherever_it_is_imported() -> None:
+    import icml25.federated as area
+    from icml25.federated import aggregation, fedceo, fedgo
+
+    for name in ("FedAvgAggregator", "check_client_states", "check_uploads", "mean_state"):
+        assert getattr(fedceo, name) is getattr(aggregation, name)
+    for name in ("FedAvgAggregator", "check_client_states", "check_uploads"):
+        assert getattr(area, name) is getattr(aggregation, name)
+    assert fedgo.FedAvgAggregator is aggregation.FedAvgAggregator
 
 
 def test_rdp_gaussian_closed_form_and_opacus_reference() -> None:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from icml25.kernels.lazy import lazy_namespace
 
 if TYPE_CHECKING:  # the name -> module map of the lazy namespace (icml25.kernels.lazy)
+    from icml25.federated.aggregation import FedAvgAggregator, check_client_states, check_uploads
     from icml25.federated.cl_peft_select import (
         PresentativeCL,
         RunningDiagGaussian,
@@ -36,11 +37,8 @@ if TYPE_CHECKING:  # the name -> module map of the lazy namespace (icml25.kernel
         privatize_update,
     )
     from icml25.federated.fedceo import (
-        FedAvgAggregator,
         FedCEOAggregator,
         FedCEOConfig,
-        check_client_states,
-        check_uploads,
         fedceo_smooth,
         matricize,
         noise_threshold,

@@ -35,6 +35,7 @@ __all__ = [
     "add_gaussian_noise",
     "clip_update",
     "dp_sgd_gradients",
+    "dp_sgd_gradients_and_loss",
     "per_sample_clipped_sum",
     "privatize_update",
     "rdp_subsampled_gaussian",
@@ -374,20 +375,30 @@ def dp_sgd_gradients(
     Returns:
         ``{param name: gradient}`` for every trainable parameter.
     """
-    return _dp_sgd_step(model, loss_fn, x, y, config, generator, expected_batch_size, method)[0]
+    return dp_sgd_gradients_and_loss(
+        model, loss_fn, x, y, config, generator, expected_batch_size=expected_batch_size, method=method
+    )[0]
 
 
-def _dp_sgd_step(
+def dp_sgd_gradients_and_loss(
     model: nn.Module,
     loss_fn: Callable[[Tensor, Tensor], Tensor],
     x: Tensor,
     y: Tensor,
     config: DPConfig,
     generator: torch.Generator,
-    expected_batch_size: float | None,
-    method: str,
+    *,
+    expected_batch_size: float | None = None,
+    method: str = "auto",
 ) -> tuple[dict[str, Tensor], float]:
-    """:func:`dp_sgd_gradients` and the batch's mean loss (nan for an empty batch)."""
+    """:func:`dp_sgd_gradients` and the batch's mean (unclipped) loss, from the same per-sample pass.
+
+    A DP-SGD training loop logs the loss without a second forward pass (the local loop of
+    :func:`icml25.federated.training.client_update` does). Arguments as :func:`dp_sgd_gradients`.
+
+    Returns:
+        ``({param name: gradient}, mean loss)``; the loss is nan for an empty Poisson batch.
+    """
     b = x.shape[0]
     denom = float(expected_batch_size) if expected_batch_size is not None else float(b)
     if not denom > 0:

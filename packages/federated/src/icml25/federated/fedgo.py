@@ -31,8 +31,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from icml25.federated.aggregation import FedAvgAggregator, check_client_states, check_uploads
 from icml25.federated.data import FederatedData
-from icml25.federated.fedceo import FedAvgAggregator, check_client_states, check_uploads
 from icml25.federated.server import FederatedServer
 from icml25.federated.training import Adam, make_mlp, seed_generator
 from icml25.kernels.checks import check_float, check_int, check_tensor

@@ -6,7 +6,7 @@ Needs the ``[flower]`` extra (``pip install 'icml25-federated[flower]'``: flwr w
 
 The server step is the one shared with the plain-python loop (:class:`~icml25.federated.server.FedCEOServer`):
 :class:`~icml25.federated.fedceo.FedCEOAggregator` (t-SVD smoothing every I rounds, personalised restarts)
-or :class:`~icml25.federated.fedceo.FedAvgAggregator` (DP-FedAvg), and the client code is
+or :class:`~icml25.federated.aggregation.FedAvgAggregator` (DP-FedAvg), and the client code is
 :func:`~icml25.federated.training.client_update`. On Flower's Message API:
 
 * :class:`FedCEOStrategy` / :class:`DPFedAvgStrategy` subclass ``flwr.serverapp.strategy.FedAvg``.
@@ -45,9 +45,10 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
         f"icml25.federated.flower needs Flower (flwr): pip install 'icml25-federated[flower]' ({err})"
     ) from err
 
+from icml25.federated.aggregation import FedAvgAggregator
 from icml25.federated.data import FederatedData
 from icml25.federated.dp import DPConfig, FederatedPrivacyLedger
-from icml25.federated.fedceo import FedAvgAggregator, FedCEOAggregator, FedCEOConfig
+from icml25.federated.fedceo import FedCEOAggregator, FedCEOConfig
 from icml25.federated.training import LocalTrainConfig, client_update, evaluate, make_mlp, seed_generator
 from icml25.kernels.rng import isolated_rng
 

@@ -5,7 +5,7 @@ Differentially Private Federated Learning with Guaranteed Improvement of Utility
 
 Each round: sample m distinct clients, send each its start state (the global model, or its personalised
 state on FedCEO restart rounds), run :func:`~icml25.federated.training.client_update` (local SGD + DP),
-and aggregate with the server step — :class:`~icml25.federated.fedceo.FedAvgAggregator` (FedAvg /
+and aggregate with the server step — :class:`~icml25.federated.aggregation.FedAvgAggregator` (FedAvg /
 DP-FedAvg) or :class:`~icml25.federated.fedceo.FedCEOAggregator`. The Flower strategy in
 :mod:`icml25.federated.flower` uses the same aggregators and client code.
 """
@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from torch import Tensor, nn
 
+from icml25.federated.aggregation import FedAvgAggregator, mean_state
 from icml25.federated.data import FederatedData
 from icml25.federated.dp import DPConfig, FederatedPrivacyLedger
-from icml25.federated.fedceo import FedAvgAggregator, FedCEOAggregator, FedCEOConfig, mean_state
+from icml25.federated.fedceo import FedCEOAggregator, FedCEOConfig
 from icml25.federated.training import LocalTrainConfig, client_update, evaluate, make_mlp, seed_generator
 from icml25.kernels.rng import isolated_rng
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from icml25.federated.dp import DPConfig, _dp_sgd_step, privatize_update
+from icml25.federated.dp import DPConfig, dp_sgd_gradients_and_loss, privatize_update
 from icml25.kernels.optim import Adam  # re-exported: FedGO's fits use it through this module
 from icml25.kernels.rng import isolated_rng
 
@@ -200,7 +200,9 @@ def _local_sgd(
         for idx in batches:
             xb, yb = x[idx], y[idx]
             if dp.mode == "sample":
-                named, loss_value = _dp_sgd_step(model, loss_fn, xb, yb, dp, generator, expected, "auto")
+                named, loss_value = dp_sgd_gradients_and_loss(
+                    model, loss_fn, xb, yb, dp, generator, expected_batch_size=expected
+                )
                 grads = [named[k] for k in names]
             elif idx.numel() == 0:
                 steps += 1  # an empty Poisson batch: nothing to learn from
