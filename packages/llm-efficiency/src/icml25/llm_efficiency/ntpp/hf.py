@@ -34,6 +34,7 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
 
 from icml25.kernels.checks import check_choice, check_float, check_int
 from icml25.kernels.rng import isolated_rng, make_generator
+from icml25.llm_efficiency.common.hf_cache import cache_argument, output_cache
 from icml25.llm_efficiency.ntpp.core import (
     POSITION_LAYOUTS,
     check_token_pair,
@@ -41,7 +42,6 @@ from icml25.llm_efficiency.ntpp.core import (
     pair_causal_mask,
     slot_positions,
 )
-from icml25.llm_efficiency.pencil.generation import cache_argument, output_cache
 
 __all__ = ["NTPPModel", "flat_duplex_generate"]
 

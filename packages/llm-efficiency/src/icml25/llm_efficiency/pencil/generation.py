@@ -11,7 +11,6 @@ cropped to the kept context ``C`` and only the answer ``A`` is re-encoded.
 from __future__ import annotations
 
 import copy
-import inspect
 import numbers
 import warnings
 from collections.abc import Callable
@@ -22,11 +21,12 @@ import numpy as np
 import torch
 
 from icml25.kernels.rng import make_generator
+from icml25.llm_efficiency.common.hf_cache import cache_argument, crop_cache, output_cache
 from icml25.llm_efficiency.pencil.reduction import (
     PencilTokens,
-    _as_index_array,
-    _check_tok,
-    _locate,
+    as_index_array,
+    check_pencil_tokens,
+    locate_redex,
 )
 
 __all__ = ["GenerateOutput", "crop_cache", "pencil_generate"]
@@ -112,37 +112,6 @@ def _logits(out: Any) -> torch.Tensor:
     return logits
 
 
-def cache_argument(model: Any) -> str:
-    """The keyword a transformers model takes its KV cache by: ``cache`` (transformers >= 5.2x) or
-    ``past_key_values`` (earlier)."""
-    try:
-        params = inspect.signature(model.forward).parameters
-    except (TypeError, ValueError, AttributeError):
-        return "past_key_values"
-    return "cache" if "cache" in params else "past_key_values"
-
-
-def output_cache(out: Any) -> Any:
-    """The KV cache of a transformers model output or ``generate`` result (``cache`` or ``past_key_values``)."""
-    cache = getattr(out, "cache", None)
-    return cache if cache is not None else getattr(out, "past_key_values", None)
-
-
-def crop_cache(cache: Any, keep: int) -> None:
-    """Crop a transformers KV cache in place to its first ``keep`` tokens.
-
-    transformers 5 removes tokens with ``crop(-n)`` (a positive argument raises); 4.x took the length to keep.
-    """
-    cur = int(cache.get_seq_length())
-    if keep >= cur:
-        return
-    params = inspect.signature(cache.crop).parameters
-    if "tokens_to_remove" in params:
-        cache.crop(-(cur - keep))
-    else:  # transformers 4.x: crop(max_length)
-        cache.crop(keep)
-
-
 def _prompts(prompt_ids: Any) -> list[torch.Tensor]:
     if isinstance(prompt_ids, torch.Tensor) and prompt_ids.dim() == 2:
         rows = list(prompt_ids)
@@ -158,7 +127,7 @@ def _prompts(prompt_ids: Any) -> list[torch.Tensor]:
         raise ValueError("prompt_ids must hold at least one prompt, got an empty batch")
     out = []
     for i, r in enumerate(rows):
-        arr = _as_index_array(r, f"prompt_ids[{i}]")
+        arr = as_index_array(r, f"prompt_ids[{i}]")
         if arr.size == 0:
             raise ValueError(f"prompt_ids[{i}] must hold at least one token, got an empty prompt")
         out.append(torch.from_numpy(arr.copy()))
@@ -211,7 +180,7 @@ def pencil_generate(
     Rows stop at ``eos_id`` or after ``max_new_tokens``. ``rule``: replaces φ (a function of the row's token
     list returning the rewritten list; for ablations), applied at each ``[RETURN]``.
     """
-    tok = _check_tok(tok)
+    tok = check_pencil_tokens(tok)
     if not isinstance(eos_id, numbers.Integral) or isinstance(eos_id, bool) or eos_id < 0:
         raise TypeError(f"eos_id must be a non-negative int token id, got {eos_id!r}")
     if int(eos_id) in tok.ids:
@@ -328,7 +297,7 @@ def pencil_generate(
                         n_red[b] += 1
                         keep[b] = same
                 elif reduce and t == tok.ret:
-                    where = _locate(np.asarray(ctx[b], dtype=np.int64), tok)
+                    where = locate_redex(np.asarray(ctx[b], dtype=np.int64), tok)
                     if isinstance(where, str) or where is None:
                         warnings.warn(
                             f"PENCIL reduction skipped in row {b}: {where}", RuntimeWarning, stacklevel=2

@@ -24,8 +24,8 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
         "pip install 'icml25-llm-efficiency[hf]'"
     ) from err
 
-from icml25.llm_efficiency.pencil.generation import cache_argument, crop_cache, output_cache
-from icml25.llm_efficiency.pencil.reduction import PencilTokens, _check_tok, _locate
+from icml25.llm_efficiency.common.hf_cache import cache_argument, crop_cache, output_cache
+from icml25.llm_efficiency.pencil.reduction import PencilTokens, check_pencil_tokens, locate_redex
 from icml25.llm_efficiency.pencil.vocab import EOS, PAD, PencilVocab
 
 __all__ = ["ReturnStoppingCriteria", "pencil_hf_generate", "to_hf_tokenizer"]
@@ -67,7 +67,7 @@ def pencil_hf_generate(
     row's length differently). The KV cache survives a reduction: it is cropped to the kept context and
     only the spliced answer is re-encoded. Returns the final reduced sequence of each row (prompt included).
     """
-    tok = _check_tok(tok)
+    tok = check_pencil_tokens(tok)
     if not isinstance(input_ids, torch.Tensor) or input_ids.dtype not in (torch.int64, torch.int32):
         raise TypeError(f"input_ids must be an int64 tensor of token ids, got {type(input_ids).__name__}")
     if input_ids.dim() == 1:
@@ -102,7 +102,7 @@ def pencil_hf_generate(
             budget -= ctx.shape[1] - before
             if ctx[0, -1].item() != tok.ret:
                 break  # EOS or out of budget
-            where = _locate(ctx[0].cpu().numpy(), tok)
+            where = locate_redex(ctx[0].cpu().numpy(), tok)
             if where is None or isinstance(where, str):
                 # an unmatched [RETURN]: warn and keep generating, as pencil_generate does
                 warnings.warn(f"PENCIL reduction skipped: {where}", RuntimeWarning, stacklevel=2)

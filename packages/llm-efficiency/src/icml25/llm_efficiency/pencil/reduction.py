@@ -30,8 +30,11 @@ __all__ = [
     "PencilCollator",
     "PencilReductionError",
     "PencilTokens",
+    "as_index_array",
+    "check_pencil_tokens",
     "context_profile",
     "extract_subsequences",
+    "locate_redex",
     "reduce_full",
     "reduce_once",
 ]
@@ -93,13 +96,14 @@ class PencilTokens:
             )
 
 
-def _check_tok(tok: Any) -> PencilTokens:
+def check_pencil_tokens(tok: Any) -> PencilTokens:
+    """``tok`` if it is a :class:`PencilTokens`, else ``TypeError`` naming ``tok``."""
     if not isinstance(tok, PencilTokens):
         raise TypeError(f"tok must be a PencilTokens(call=, sep=, ret=), got {type(tok).__name__}")
     return tok
 
 
-def _as_index_array(ids: Any, name: str = "ids") -> np.ndarray:
+def as_index_array(ids: Any, name: str = "ids") -> np.ndarray:
     """A 1-D int64 NumPy view of a list / array / tensor of token ids (validated)."""
     if isinstance(ids, torch.Tensor):
         if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
@@ -127,7 +131,7 @@ def _as_index_array(ids: Any, name: str = "ids") -> np.ndarray:
     return arr
 
 
-def _locate(arr: np.ndarray, tok: PencilTokens) -> tuple[int, int, int] | str | None:
+def locate_redex(arr: np.ndarray, tok: PencilTokens) -> tuple[int, int, int] | str | None:
     """``(call, sep, ret)`` indices of φ's redex, ``None`` without a ``[RETURN]``, or a reason it is unmatched."""
     rets = np.flatnonzero(arr == tok.ret)
     if rets.size == 0:
@@ -162,9 +166,9 @@ def reduce_once(ids: Ids, tok: PencilTokens, strict: bool = True) -> tuple[Ids, 
     no ``[CALL]`` before that ``[SEP]``) raises :class:`PencilReductionError` when ``strict``; otherwise it
     warns and returns the input unchanged (the official code's silent no-op, made visible).
     """
-    tok = _check_tok(tok)
-    arr = _as_index_array(ids)
-    where = _locate(arr, tok)
+    tok = check_pencil_tokens(tok)
+    arr = as_index_array(ids)
+    where = locate_redex(arr, tok)
     if where is None:
         return ids, False
     if isinstance(where, str):
@@ -199,12 +203,12 @@ def extract_subsequences(trace_ids: Ids, tok: PencilTokens, prompt_end_id: int) 
     an unmatched ``[RETURN]`` or on a ``[CALL]``/``[SEP]`` left unclosed after the last reduction, and
     ``ValueError`` when ``prompt_end_id`` does not occur.
     """
-    tok = _check_tok(tok)
+    tok = check_pencil_tokens(tok)
     if not _is_int(prompt_end_id) or prompt_end_id < 0:
         raise TypeError(f"prompt_end_id must be a non-negative int token id, got {prompt_end_id!r}")
     if int(prompt_end_id) in tok.ids:
         raise ValueError(f"prompt_end_id must differ from the PENCIL markers {tok.ids}, got {prompt_end_id}")
-    arr = _as_index_array(trace_ids, "trace_ids")
+    arr = as_index_array(trace_ids, "trace_ids")
     hits = np.flatnonzero(arr == prompt_end_id)
     if hits.size == 0:
         raise ValueError(
@@ -219,8 +223,8 @@ def extract_subsequences(trace_ids: Ids, tok: PencilTokens, prompt_end_id: int) 
     loss_start = first + 1
     cur: Any = trace_ids
     while True:
-        arr = _as_index_array(cur, "trace_ids")
-        where = _locate(arr, tok)
+        arr = as_index_array(cur, "trace_ids")
+        where = locate_redex(arr, tok)
         if where is None:
             break
         if isinstance(where, str):
@@ -246,8 +250,8 @@ def context_profile(trace_ids: Any, tok: PencilTokens) -> list[int]:
     Equal to replaying the trace through repeated :func:`reduce_once` (tested); an unmatched ``[RETURN]``
     raises :class:`PencilReductionError`.
     """
-    tok = _check_tok(tok)
-    arr = _as_index_array(trace_ids, "trace_ids").tolist()
+    tok = check_pencil_tokens(tok)
+    arr = as_index_array(trace_ids, "trace_ids").tolist()
     calls: list[int] = []
     seps: list[int] = []
     n = 0
@@ -310,7 +314,7 @@ class PencilCollator:
                 raise ValueError(
                     f"features[{i}] must have 'ids' (or 'input_ids') and 'loss_start', got {sorted(f)}"
                 )
-            arr = _as_index_array(f[key], f"features[{i}]['{key}']")
+            arr = as_index_array(f[key], f"features[{i}]['{key}']")
             if arr.size == 0:
                 raise ValueError(
                     f"features[{i}]['{key}'] must hold at least one token, got an empty sequence"
