@@ -164,12 +164,11 @@ if TYPE_CHECKING:  # the name -> module map of the lazy namespace (icml25.kernel
         autotune_periodicity,
         candidate_periods,
         image_to_forecast,
-        load_vit_mae,
         series_to_image,
-        small_vit_mae,
         visionts_geometry,
         visionts_keep_mask,
     )
+    from icml25.generative_models.forecasting.vit_mae import load_vit_mae, small_vit_mae
     from icml25.generative_models.geo2seq import (
         Geo2SeqConfig,
         Geo2SeqDecodeError,

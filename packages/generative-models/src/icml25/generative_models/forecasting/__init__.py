@@ -58,12 +58,11 @@ from icml25.generative_models.forecasting.visionts import (
     autotune_periodicity,
     candidate_periods,
     image_to_forecast,
-    load_vit_mae,
     series_to_image,
-    small_vit_mae,
     visionts_geometry,
     visionts_keep_mask,
 )
+from icml25.generative_models.forecasting.vit_mae import load_vit_mae, small_vit_mae
 
 __all__ = [
     "K2VAE",
