@@ -53,6 +53,7 @@ if TYPE_CHECKING:  # the name -> module map of the lazy namespace (icml25.kernel
     from icml25.generative_models.common.metrics import sliced_wasserstein
     from icml25.generative_models.common.mixtures import GaussianMixture
     from icml25.generative_models.common.schedules import EDMSchedule, VPSchedule, time_grid
+    from icml25.generative_models.common.vit_mae import load_vit_mae, small_vit_mae
     from icml25.generative_models.conformers import (
         ATOM_TYPES,
         EGNN,
@@ -168,7 +169,6 @@ if TYPE_CHECKING:  # the name -> module map of the lazy namespace (icml25.kernel
         visionts_geometry,
         visionts_keep_mask,
     )
-    from icml25.generative_models.forecasting.vit_mae import load_vit_mae, small_vit_mae
     from icml25.generative_models.geo2seq import (
         Geo2SeqConfig,
         Geo2SeqDecodeError,

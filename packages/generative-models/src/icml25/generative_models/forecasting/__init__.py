@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from icml25.generative_models.common.vit_mae import load_vit_mae, small_vit_mae
 from icml25.generative_models.forecasting.baselines import GRUForecaster, SeasonalNaive, climatology_samples
 from icml25.generative_models.forecasting.forecaster import K2VAEForecaster
 from icml25.generative_models.forecasting.k2vae import (
@@ -62,7 +63,6 @@ from icml25.generative_models.forecasting.visionts import (
     visionts_geometry,
     visionts_keep_mask,
 )
-from icml25.generative_models.forecasting.vit_mae import load_vit_mae, small_vit_mae
 
 __all__ = [
     "K2VAE",

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from icml25.generative_models.forecasting.vit_mae import load_vit_mae, small_vit_mae
+from icml25.generative_models.common.vit_mae import load_vit_mae, small_vit_mae
 from icml25.kernels.checks import check_float, check_int
 
 __all__ = [
