@@ -32,12 +32,7 @@ SOURCES = sorted(
 KNOWN = frozenset(
     {
         # rule 1: another module's private name
-        "private: icml25.interpretability.sae.matryoshka_k imports _check_int from icml25.interpretability.sae.base",
         "private: icml25.llm_efficiency.slws.vim imports _check_rate from icml25.llm_efficiency.slws.shuffle",
-        # rules 2 and 3: another paper's module
-        "paper: icml25.interpretability.experiments.saeuron (P19) imports icml25.interpretability.sae (P22)",
-        "paper: icml25.interpretability.saeuron (P19) imports icml25.interpretability.sae.base (P22)",
-        "paper: icml25.interpretability.saeuron (P19) imports icml25.interpretability.sae.training (P22)",
     }
 )
 
