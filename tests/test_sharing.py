@@ -105,7 +105,9 @@ def test_the_ownership_rule_on_examples() -> None:
     assert paper_of("icml25.generative_models.flex3d_hf", libraries, experiments) == "P16"
     assert paper_of("icml25.generative_models.forecasting.visionts", libraries, experiments) == "P25"
     assert paper_of("icml25.generative_models.forecasting.k2vae", libraries, experiments) == "P06"
-    assert paper_of("icml25.interpretability.sae.base", libraries, experiments) == "P22"
+    assert paper_of("icml25.interpretability.sae.matryoshka_k", libraries, experiments) == "P22"
+    assert paper_of("icml25.interpretability.sae.base", libraries, experiments) is None  # the SAE toolkit
+    assert paper_of("icml25.generative_models.common.vit_mae", libraries, experiments) is None
     assert paper_of("icml25.generative_models.experiments.vct", libraries, experiments) == "P37"
     assert paper_of("icml25.federated.server", libraries, experiments) is None
 
