@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from torch import nn
 
 from icml25.kernels.checks import check_int
+from icml25.kernels.rng import isolated_rng
 
 __all__ = ["load_vit_mae", "small_vit_mae"]
 
@@ -49,8 +49,7 @@ def small_vit_mae(
         decoder_num_hidden_layers=decoder_layers, decoder_num_attention_heads=num_heads,
         decoder_intermediate_size=4 * decoder_hidden_size, mask_ratio=mask_ratio, norm_pix_loss=False,
     )  # fmt: skip
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
+    with isolated_rng(seed):
         return tf.ViTMAEForPreTraining(cfg).eval()
 
 

@@ -475,8 +475,8 @@ def autotune_periodicity(
     old = model.geometry_
     best, best_err = None, math.inf
     try:
-        for P in candidates:
-            P = check_int(P, "candidates[i]", low=1)
+        for i, P in enumerate(candidates):
+            P = check_int(P, f"candidates[{i}]", low=1)
             L = 300 if P == 1 and L0 == 1000 else max(round(L0 / P), 1) * P
             L = min(L, (avail // P) * P)
             try:
