@@ -530,11 +530,11 @@ def test_saelens_round_trip_through_sae_lens(tmp_path):
 
 # ------------------------------------------------------------------------------------------ bad inputs
 def test_bad_inputs_raise_clear_errors():
-    with pytest.raises(ValueError, match=r"k must be in \[1, 32\], got 33"):
+    with pytest.raises(ValueError, match=r"k must be an int in \[1, 32\], got 33"):
         TopKSAE(8, 32, k=33)
-    with pytest.raises(ValueError, match=r"k must be in \[1, 32\], got 0"):
+    with pytest.raises(ValueError, match=r"k must be an int in \[1, 32\], got 0"):
         TopKSAE(8, 32, k=0)
-    with pytest.raises(ValueError, match=r"ks\[i\] must be in \[1, 32\]"):
+    with pytest.raises(ValueError, match=r"ks\[1\] must be an int in \[1, 32\], got 64"):
         MatryoshkaKSAE(8, 32, ks=[4, 64])
     with pytest.warns(UserWarning, match="sorted, de-duplicated"):
         assert MatryoshkaKSAE(8, 32, ks=[16, 4, 4, 32]).ks == [4, 16, 32]
@@ -552,7 +552,7 @@ def test_bad_inputs_raise_clear_errors():
     with pytest.raises(ValueError, match=r"d_in=8"):
         sae(torch.tensor(1.0))
     assert sae(torch.randn(2, 3, 8)).shape == (2, 3, 8)  # [..., d] is flattened and restored
-    with pytest.raises(ValueError, match=r"k must be in \[1, 32\]"):
+    with pytest.raises(ValueError, match=r"k must be an int in \[1, 32\]"):
         sae.encode(torch.randn(2, 8), k=40)
     with pytest.raises(ValueError, match="steps must be given"):
         train_sae(sae, torch.randn(10, 8))

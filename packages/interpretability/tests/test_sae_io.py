@@ -173,7 +173,9 @@ def test_load_errors_are_clear(tmp_path):
         ValueError, match=r"config that BatchTopKSAE rejects: .*unexpected keyword argument 'aux_k'"
     ):
         SparseAutoencoder.load(batch)
-    with pytest.raises(ValueError, match=r"config that TopKSAE rejects: k must be in \[1, 20\], got 99"):
+    with pytest.raises(
+        ValueError, match=r"config that TopKSAE rejects: k must be an int in \[1, 20\], got 99"
+    ):
         SparseAutoencoder.load(broken("big_k", lambda f: _edit_config(f, config__k=99)))
     with pytest.raises(ValueError, match="unknown SAE class 'GPT2'"):
         SparseAutoencoder.load(broken("unknown", lambda f: _edit_config(f, **{"class": "GPT2"})))

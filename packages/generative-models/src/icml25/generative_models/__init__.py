@@ -53,6 +53,7 @@ if TYPE_CHECKING:  # the name -> module map of the lazy namespace (icml25.kernel
     from icml25.generative_models.common.metrics import sliced_wasserstein
     from icml25.generative_models.common.mixtures import GaussianMixture
     from icml25.generative_models.common.schedules import EDMSchedule, VPSchedule, time_grid
+    from icml25.generative_models.common.vit_mae import load_vit_mae, small_vit_mae
     from icml25.generative_models.conformers import (
         ATOM_TYPES,
         EGNN,
@@ -164,9 +165,7 @@ if TYPE_CHECKING:  # the name -> module map of the lazy namespace (icml25.kernel
         autotune_periodicity,
         candidate_periods,
         image_to_forecast,
-        load_vit_mae,
         series_to_image,
-        small_vit_mae,
         visionts_geometry,
         visionts_keep_mask,
     )

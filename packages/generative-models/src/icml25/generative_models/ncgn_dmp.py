@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from icml25.kernels.checks import check_int
 from icml25.kernels.rng import make_generator
 
 __all__ = [
@@ -85,14 +86,6 @@ def _check_tensor(x: Any, name: str, ndim: int, *, floating: bool = True) -> Ten
     if x.numel() == 0:
         raise ValueError(f"{name} must not be empty, got shape {tuple(x.shape)}")
     return x
-
-
-def _check_int(v: Any, name: str, low: int) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise TypeError(f"{name} must be an int, got {type(v).__name__}")
-    if v < low:
-        raise ValueError(f"{name} must be >= {low}, got {v}")
-    return v
 
 
 def _check_batch(batch: Any, n: int, name: str = "batch") -> tuple[Tensor, Tensor]:
@@ -179,8 +172,8 @@ def dmp_schedule(
 
     def schedule(s: float, k: int, n: int) -> tuple[int, int]:
         s = float(_check_s(float(s), 1)[0])
-        _check_int(k, "k", 1)
-        _check_int(n, "N", 2)
+        check_int(k, "k", low=1)
+        check_int(n, "N", low=2)
         if k >= n:
             raise ValueError(f"k must be < N (the number of nodes), got k={k}, N={n}")
         if inverted:
@@ -208,7 +201,7 @@ def ddpm_timestep_to_s(timestep: Tensor | float, num_train_timesteps: int = 1000
     For a flow-matching scheduler whose timesteps are ``1000·σ`` (diffusers' ``FlowMatchEulerDiscreteScheduler``)
     this is ``1 − σ``. Returns a float32 tensor of ``timestep``'s shape.
     """
-    T = _check_int(num_train_timesteps, "num_train_timesteps", 1)
+    T = check_int(num_train_timesteps, "num_train_timesteps", low=1)
     if isinstance(timestep, bool) or not isinstance(timestep, (int, float, Tensor)):
         raise TypeError(f"timestep must be a number or a tensor, got {type(timestep).__name__}")
     t = torch.as_tensor(timestep, dtype=torch.float32)
@@ -274,7 +267,7 @@ def voxel_clusters(pos: Tensor, n_clusters: int, batch: Tensor | None = None) ->
     Returns ``(cluster [N] int64, count)``: consecutive ids ``0..count-1``, ordered by graph then voxel.
     """
     pos = _check_tensor(pos, "pos", 2)
-    n_clusters = _check_int(n_clusters, "n_clusters", 1)
+    n_clusters = check_int(n_clusters, "n_clusters", low=1)
     if pos.shape[0] < 1 or pos.shape[1] < 1:
         raise ValueError(f"pos must have shape (N, D) with N >= 1 and D >= 1, got {tuple(pos.shape)}")
     batch, ptr = _check_batch(batch, pos.shape[0])
@@ -318,7 +311,7 @@ def knn_graph(pos: Tensor, k: int, batch: Tensor | None = None) -> Tensor:
     row 1 the target; every node receives from its ``min(k, N_b − 1)`` nearest other nodes, ties to the
     lower index as ``topk`` breaks them). Padded ``torch.cdist`` + ``topk`` per graph."""
     pos = _check_tensor(pos, "pos", 2)
-    k = _check_int(k, "k", 1)
+    k = check_int(k, "k", low=1)
     batch, ptr = _check_batch(batch, pos.shape[0])
     return _knn(pos, ptr, batch, torch.full((len(ptr) - 1,), k, dtype=torch.long))
 
@@ -424,7 +417,7 @@ def build_dmp_graph(
     ``"knn"``: identity clusters + kNN(k) (the static baseline); ``"full"``: identity + all pairs.
     """
     pos = _check_tensor(pos, "pos", 2)
-    k = _check_int(k, "k", 1)
+    k = check_int(k, "k", low=1)
     batch, ptr = _check_batch(batch, pos.shape[0])
     counts = ptr[1:] - ptr[:-1]
     if int(counts.min()) < 2:
@@ -567,7 +560,7 @@ class NoiseConditionedGNN(nn.Module):
         super().__init__()
         for name, v, low in (("in_dim", in_dim, 1), ("hidden", hidden, 1), ("out_dim", out_dim, 1),
                              ("n_layers", n_layers, 1), ("k", k, 1), ("pos_dim", pos_dim, 1)):  # fmt: skip
-            _check_int(v, name, low)
+            check_int(v, name, low=low)
         if static and fully_connected:
             raise ValueError("static and fully_connected are exclusive, got both True")
         self.schedule: Schedule = dmp_schedule(schedule) if isinstance(schedule, str) else schedule  # type: ignore[arg-type]
@@ -653,10 +646,10 @@ def ncgn_sample(
     """Generate ``[n_clouds, n_points, D]`` clouds by Euler integration of the learned velocity from s = 0 to 1."""
     if not isinstance(model, NoiseConditionedGNN):
         raise TypeError(f"model must be a NoiseConditionedGNN, got {type(model).__name__}")
-    _check_int(n_clouds, "n_clouds", 1)
-    _check_int(n_points, "n_points", model.k + 1)
-    _check_int(steps, "steps", 1)
-    _check_int(chunk, "chunk", 1)
+    check_int(n_clouds, "n_clouds", low=1)
+    check_int(n_points, "n_points", low=model.k + 1)
+    check_int(steps, "steps", low=1)
+    check_int(chunk, "chunk", low=1)
     gen = make_generator(None, generator)
     D = model.pos_dim
     x = torch.randn(n_clouds, n_points, D, generator=gen)

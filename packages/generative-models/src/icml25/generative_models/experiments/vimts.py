@@ -10,7 +10,7 @@ No pretrained visual MAE is available offline, so "visual pre-training helps" is
 machinery is. Data: synthetic IMTS, ``N = 8`` channels = fixed channel loadings of 2 latent oscillators
 (periods 12 h and 7 h, random phase/amplitude per sample) + noise σ = 0.1; each channel observed at ~25% of
 a 1-h grid over 48 h, jittered within the hour (unaligned across channels). History ``[0, 24)``, forecast
-``(24, 48]``, window 4 h → M = P = 6. Model: a tiny ``transformers`` ViTMAE (P25's :func:`small_vit_mae`:
+``(24, 48]``, window 4 h → M = P = 6. Model: a tiny ``transformers`` ViTMAE (:func:`~icml25.generative_models.common.vit_mae.small_vit_mae`:
 width 32, 2 encoder + 1 decoder blocks, 4 heads; the planned 64-wide 4+2 costs ~3x per step), hid 16,
 te 5, node 5, 2 GCN layers.
 
@@ -37,8 +37,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from icml25.generative_models.common.vit_mae import small_vit_mae
 from icml25.generative_models.forecasting.vimts import VIMTS, IMTSBatch, fit_vimts, imts_masked_mse
-from icml25.generative_models.forecasting.visionts import small_vit_mae
 from icml25.kernels.experiment import (
     Check,
     Report,
@@ -230,7 +230,7 @@ class BlindTTCN(VIMTS):
 
 
 def make_model(setting: Setting, seed: int, use_gcn: bool = True, broken: bool = False) -> VIMTS:
-    """The CPU-scale VIMTS of the reproduction (tiny HF ViTMAE from P25's :func:`small_vit_mae`)."""
+    """The CPU-scale VIMTS of the reproduction (tiny HF ViTMAE from :func:`~icml25.generative_models.common.vit_mae.small_vit_mae`)."""
     cls = BlindTTCN if broken else VIMTS
     mae = small_vit_mae(
         hidden_size=setting.mae_width,

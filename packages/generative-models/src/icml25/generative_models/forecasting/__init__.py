@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from icml25.generative_models.common.vit_mae import load_vit_mae, small_vit_mae
 from icml25.generative_models.forecasting.baselines import GRUForecaster, SeasonalNaive, climatology_samples
 from icml25.generative_models.forecasting.forecaster import K2VAEForecaster
 from icml25.generative_models.forecasting.k2vae import (
@@ -58,9 +59,7 @@ from icml25.generative_models.forecasting.visionts import (
     autotune_periodicity,
     candidate_periods,
     image_to_forecast,
-    load_vit_mae,
     series_to_image,
-    small_vit_mae,
     visionts_geometry,
     visionts_keep_mask,
 )

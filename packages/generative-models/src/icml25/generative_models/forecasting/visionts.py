@@ -33,6 +33,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from icml25.generative_models.common.vit_mae import load_vit_mae, small_vit_mae
+from icml25.kernels.checks import check_float, check_int
+
 __all__ = [
     "FacebookMAEAdapter",
     "HFViTMAEAdapter",
@@ -51,22 +54,6 @@ __all__ = [
 
 FinetuneMode = Literal["none", "ln", "bias", "mlp", "attn", "full"]
 _INTERP = ("bilinear", "nearest", "bicubic")
-
-
-def _pos_int(name: str, v: Any, minimum: int = 1) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-        raise TypeError(f"{name} must be an int >= {minimum}, got {type(v).__name__} {v!r}")
-    if v < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {v}")
-    return int(v)
-
-
-def _pos_float(name: str, v: Any) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer)):
-        raise TypeError(f"{name} must be a positive float, got {type(v).__name__} {v!r}")
-    if not math.isfinite(float(v)) or float(v) <= 0:
-        raise ValueError(f"{name} must be a finite float > 0, got {v}")
-    return float(v)
 
 
 # ------------------------------------------------------------------------------------------- geometry
@@ -135,13 +122,13 @@ def visionts_geometry(
     ``align_const``, ``image_size`` not a multiple of ``patch_size``, no masked column left, or a horizon
     beyond :attr:`VisionTSGeometry.max_horizon`; warns when ``n_in`` is forced up to one column.
     """
-    L = _pos_int("context_len", context_len)
-    H = _pos_int("horizon", horizon)
-    P = _pos_int("periodicity", periodicity)
-    S = _pos_int("image_size", image_size)
-    p = _pos_int("patch_size", patch_size)
-    r = _pos_float("norm_const", norm_const)
-    c = _pos_float("align_const", align_const)
+    L = check_int(context_len, "context_len", low=1)
+    H = check_int(horizon, "horizon", low=1)
+    P = check_int(periodicity, "periodicity", low=1)
+    S = check_int(image_size, "image_size", low=1)
+    p = check_int(patch_size, "patch_size", low=1)
+    r = check_float(norm_const, "norm_const", low=0, low_open=True)
+    c = check_float(align_const, "align_const", low=0, low_open=True)
     if not isinstance(interpolation, str) or interpolation not in _INTERP:
         raise ValueError(f"interpolation must be one of {_INTERP}, got {interpolation!r}")
     if S % p:
@@ -309,57 +296,14 @@ class FacebookMAEAdapter(nn.Module):
                 "model has no pixel decoder (an mae_pretrain_* checkpoint); use a *visualize* MAE"
             )
         self.model = model
-        self.image_size = _pos_int("image_size", image_size)
-        self.patch_size = _pos_int("patch_size", patch_size)
-        self.num_channels = _pos_int("num_channels", num_channels)
+        self.image_size = check_int(image_size, "image_size", low=1)
+        self.patch_size = check_int(patch_size, "patch_size", low=1)
+        self.num_channels = check_int(num_channels, "num_channels", low=1)
 
     def reconstruct(self, images: Tensor, noise: Tensor) -> tuple[Tensor, Tensor]:
         _, pred, mask = self.model(images, mask_ratio=float(noise[0].mean()), noise=noise)
         _check_mask(mask, noise)
         return self.model.unpatchify(pred), mask
-
-
-def _transformers() -> Any:
-    try:
-        import transformers
-    except ImportError as exc:  # pragma: no cover - the [hf] extra
-        raise ImportError(
-            "the ViTMAE helpers need transformers: pip install 'icml25-generative-models[hf]' "
-            "(or pip install transformers)"
-        ) from exc
-    return transformers
-
-
-def small_vit_mae(
-    image_size: int = 64,
-    patch_size: int = 8,
-    hidden_size: int = 64,
-    num_layers: int = 4,
-    num_heads: int = 4,
-    decoder_hidden_size: int = 64,
-    decoder_layers: int = 2,
-    mask_ratio: float = 0.75,
-    seed: int = 0,
-) -> nn.Module:
-    """A randomly initialised ``transformers`` ``ViTMAEForPreTraining`` (3 channels, no ``norm_pix_loss``)."""
-    tf = _transformers()
-    cfg = tf.ViTMAEConfig(
-        image_size=_pos_int("image_size", image_size), patch_size=_pos_int("patch_size", patch_size),
-        num_channels=3, hidden_size=hidden_size, num_hidden_layers=num_layers, num_attention_heads=num_heads,
-        intermediate_size=4 * hidden_size, decoder_hidden_size=decoder_hidden_size,
-        decoder_num_hidden_layers=decoder_layers, decoder_num_attention_heads=num_heads,
-        decoder_intermediate_size=4 * decoder_hidden_size, mask_ratio=mask_ratio, norm_pix_loss=False,
-    )  # fmt: skip
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        return tf.ViTMAEForPreTraining(cfg).eval()
-
-
-def load_vit_mae(path: str) -> nn.Module:
-    """A pretrained ``ViTMAEForPreTraining`` from a local directory (e.g. a saved ``facebook/vit-mae-base``)."""
-    if not isinstance(path, str):
-        raise TypeError(f"path must be a str naming a local model directory, got {type(path).__name__}")
-    return _transformers().ViTMAEForPreTraining.from_pretrained(path).eval()
 
 
 def as_mae_adapter(mae: Any) -> Any:
@@ -523,16 +467,16 @@ def autotune_periodicity(
         raise ValueError(f"series must be (T,) or (T, C) with C >= 1, got shape {tuple(s.shape)}")
     if not torch.isfinite(s).all():
         raise ValueError("series must be finite (no NaN/inf): VisionTS has no missing-value handling")
-    H = _pos_int("horizon", horizon)
-    L0 = _pos_int("context_len", context_len)
+    H = check_int(horizon, "horizon", low=1)
+    L0 = check_int(context_len, "context_len", low=1)
     if len(candidates) == 0:
         raise ValueError("candidates must list at least one periodicity, got none")
     avail = s.shape[0] - H
     old = model.geometry_
     best, best_err = None, math.inf
     try:
-        for P in candidates:
-            P = _pos_int("candidates[i]", P)
+        for i, P in enumerate(candidates):
+            P = check_int(P, f"candidates[{i}]", low=1)
             L = 300 if P == 1 and L0 == 1000 else max(round(L0 / P), 1) * P
             L = min(L, (avail // P) * P)
             try:

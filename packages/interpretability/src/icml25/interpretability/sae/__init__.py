@@ -1,4 +1,4 @@
-"""Interpreting CLIP with Hierarchical Sparse Autoencoders (MSAE) — ICML 2025, P22: the SAE toolkit.
+"""The sparse-autoencoder toolkit of the interpretability papers: SAE zoo, training, metrics, interchange.
 
 Sparse autoencoders for interpretability: a small zoo (TopK with AuxK, BatchTopK, ReLU+L1) that other
 papers of this package reuse (P19 SAeUron), the Matryoshka-over-k SAE of P22 (:class:`MatryoshkaKSAE`),
@@ -25,11 +25,12 @@ from icml25.interpretability.sae.base import (
     topk_relu,
 )
 from icml25.interpretability.sae.data import sparse_dictionary_data
-from icml25.interpretability.sae.losses import msae_loss, nmse, normalized_l1, reconstruction_loss
+from icml25.interpretability.sae.losses import nmse, normalized_l1, reconstruction_loss
 from icml25.interpretability.sae.matryoshka_k import (
     MatryoshkaKSAE,
     MatryoshkaSAE,
     level_weights,
+    msae_loss,
     nesting_list,
 )
 from icml25.interpretability.sae.metrics import fvu_auc_log2k, pareto_curve, sae_metrics

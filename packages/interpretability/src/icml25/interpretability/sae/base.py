@@ -1,4 +1,4 @@
-"""Interpreting CLIP with Hierarchical Sparse Autoencoders (MSAE) — ICML 2025, P22: the base SAE zoo.
+"""The SAE zoo: TopK (with AuxK), BatchTopK and ReLU sparse autoencoders behind one base class.
 
 The sparse autoencoders every SAE paper in this package builds on (P22 MSAE; P19 SAeUron reuses them):
 
@@ -43,6 +43,7 @@ from icml25.interpretability.sae.serialization import (
     read_folder,
     write_folder,
 )
+from icml25.kernels.checks import check_int
 from icml25.kernels.rng import make_generator
 from icml25.kernels.topk_decode import topk_decode
 
@@ -51,15 +52,6 @@ SAE = TypeVar("SAE", bound="SparseAutoencoder")
 #: Every SparseAutoencoder subclass by class name: what ``SparseAutoencoder.load`` can rebuild.
 _SAE_CLASSES: dict[str, type[SparseAutoencoder]] = {}
 _NORMALIZER_MEAN = "normalizer.mean"
-
-
-def _check_int(name: str, value: Any, lo: int, hi: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
-    if value < lo or (hi is not None and value > hi):
-        rng = f"[{lo}, {hi}]" if hi is not None else f">= {lo}"
-        raise ValueError(f"{name} must be in {rng}, got {value}")
-    return value
 
 
 def topk_relu(pre: torch.Tensor, k: int, sorted: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
@@ -111,8 +103,8 @@ class SparseAutoencoder(nn.Module, abc.ABC):
         seed: int | None = None,
     ) -> None:
         super().__init__()
-        self.d_in = _check_int("d_in", d_in, 1)
-        self.d_sae = _check_int("d_sae", d_sae, 1)
+        self.d_in = check_int(d_in, "d_in", low=1)
+        self.d_sae = check_int(d_sae, "d_sae", low=1)
         if loss_kind not in RECON_KINDS:
             raise ValueError(f"loss_kind must be one of {RECON_KINDS}, got {loss_kind!r}")
         if not (isinstance(init_norm, (int, float)) and init_norm > 0):
@@ -154,7 +146,7 @@ class SparseAutoencoder(nn.Module, abc.ABC):
         return x2
 
     def _check_k(self, k: int | None) -> int | None:
-        return None if k is None else _check_int("k", k, 1, self.d_sae)
+        return None if k is None else check_int(k, "k", low=1, high=self.d_sae)
 
     # -------------------------------------------------------------------------------------- encode/decode
     def pre_activations(self, x: torch.Tensor) -> torch.Tensor:
@@ -378,12 +370,12 @@ class TopKSAE(SparseAutoencoder):
         seed: int | None = None,
     ) -> None:
         super().__init__(d_in, d_sae, loss_kind=loss_kind, init_norm=init_norm, seed=seed)
-        self.k = _check_int("k", k, 1, d_sae)
-        self.aux_k = None if aux_k is None else _check_int("aux_k", aux_k, 1, d_sae)
+        self.k = check_int(k, "k", low=1, high=d_sae)
+        self.aux_k = None if aux_k is None else check_int(aux_k, "aux_k", low=1, high=d_sae)
         if not (isinstance(aux_coef, (int, float)) and aux_coef >= 0):
             raise ValueError(f"aux_coef must be a non-negative float, got {aux_coef!r}")
         self.aux_coef = float(aux_coef)
-        self.dead_after = _check_int("dead_after", dead_after, 1)
+        self.dead_after = check_int(dead_after, "dead_after", low=1)
 
     def config(self) -> dict[str, Any]:
         return {
@@ -453,7 +445,7 @@ class BatchTopKSAE(SparseAutoencoder):
         seed: int | None = None,
     ) -> None:
         super().__init__(d_in, d_sae, loss_kind=loss_kind, init_norm=init_norm, seed=seed)
-        self.k = _check_int("k", k, 1, d_sae)
+        self.k = check_int(k, "k", low=1, high=d_sae)
         if not (0.0 <= threshold_momentum < 1.0):
             raise ValueError(f"threshold_momentum must be in [0, 1), got {threshold_momentum!r}")
         self.threshold_momentum = float(threshold_momentum)

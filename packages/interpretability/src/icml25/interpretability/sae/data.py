@@ -1,4 +1,4 @@
-"""Interpreting CLIP with Hierarchical Sparse Autoencoders (MSAE) — ICML 2025, P22: synthetic activations.
+"""Synthetic activations for SAEs: a known sparse dictionary with heavy-tailed, variable sparsity.
 
 CLIP embeddings cannot be downloaded here, so the reproduction uses embeddings with a known sparse
 dictionary structure and *variable* sparsity — the regime where a single-k TopK SAE is mis-specified:

@@ -23,11 +23,35 @@ from typing import Any
 
 import torch
 
-from icml25.interpretability.sae.base import SparseAutoencoder, _check_int, scatter_latents
-from icml25.interpretability.sae.losses import msae_loss
+from icml25.interpretability.sae.base import SparseAutoencoder, scatter_latents
+from icml25.interpretability.sae.losses import reconstruction_loss
+from icml25.kernels.checks import check_int
 from icml25.kernels.topk_decode import topk_decode_prefix
 
 WEIGHTINGS = ("UW", "RW")
+
+
+def msae_loss(
+    recons: Sequence[torch.Tensor],
+    x: torch.Tensor,
+    weights: Sequence[float] | torch.Tensor,
+    kind: str = "nmse",
+) -> torch.Tensor:
+    """Matryoshka-over-k loss ``Σ_i w_i · L(x̂_i, x) / Σ_i w_i``.
+
+    Args:
+        recons: L reconstructions, each [B, d] (one per nesting level, smallest k first).
+        x: [B, d] the (preprocessed) input.
+        weights: L non-negative level weights (UW: all 1; RW: L, L-1, ..., 1).
+        kind: ``"nmse"`` or ``"mse"``.
+    """
+    w = torch.as_tensor(weights, dtype=x.dtype, device=x.device)
+    if w.ndim != 1 or w.numel() != len(recons):
+        raise ValueError(f"weights must have one entry per level ({len(recons)}), got shape {tuple(w.shape)}")
+    if bool((w < 0).any()) or float(w.sum()) <= 0:
+        raise ValueError(f"weights must be non-negative with a positive sum, got {w.tolist()}")
+    total = sum(wi * reconstruction_loss(r, x, kind) for wi, r in zip(w, recons))
+    return total / w.sum()
 
 
 def nesting_list(k0: int, d_sae: int) -> list[int]:
@@ -36,8 +60,8 @@ def nesting_list(k0: int, d_sae: int) -> list[int]:
     >>> nesting_list(64, 6144)
     [64, 128, 256, 512, 1024, 2048, 4096, 6144]
     """
-    _check_int("d_sae", d_sae, 1)
-    _check_int("k0", k0, 1, d_sae)
+    check_int(d_sae, "d_sae", low=1)
+    check_int(k0, "k0", low=1, high=d_sae)
     ks = []
     k = k0
     while k < d_sae:
@@ -73,7 +97,7 @@ def _resolve_ks(ks: Sequence[int] | int, d_sae: int) -> list[int]:
         return nesting_list(ks, d_sae)
     if isinstance(ks, (str, bytes)) or not isinstance(ks, Sequence) or len(ks) == 0:
         raise TypeError(f"ks must be an int k0 or a non-empty sequence of ints, got {ks!r}")
-    vals = [_check_int("ks[i]", v, 1, d_sae) for v in ks]
+    vals = [check_int(v, f"ks[{i}]", low=1, high=d_sae) for i, v in enumerate(ks)]
     clean = sorted(set(vals))
     if clean != vals:
         warnings.warn(

@@ -1,4 +1,4 @@
-"""Interpreting CLIP with Hierarchical Sparse Autoencoders (MSAE) — ICML 2025, P22: SAE evaluation metrics.
+"""SAE evaluation metrics: FVU and explained variance named apart, sparsity, Pareto curves over k.
 
 Two variance-based scores are reported and named apart, because the literature mixes them:
 

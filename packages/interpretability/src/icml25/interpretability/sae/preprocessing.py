@@ -1,4 +1,4 @@
-"""Interpreting CLIP with Hierarchical Sparse Autoencoders (MSAE) — ICML 2025, P22: activation preprocessing.
+"""Activation preprocessing for SAEs: the affine normalisations of MSAE and SAELens.
 
 MSAE (``SAEDataset``) centres the activations on the training mean μ and multiplies them by
 ``√d / mean_i ‖x_i − μ‖²`` — the mean *squared* norm, a quirk of the official code kept here for parity.

@@ -1,4 +1,4 @@
-"""Interpreting CLIP with Hierarchical Sparse Autoencoders (MSAE) — ICML 2025, P22: SAELens interchange.
+"""SAELens interchange: export any SAE of the zoo to SAELens v6 and import SAELens SAEs.
 
 SAELens (v6) stores an SAE as a state dict ``{W_enc [d_in, d_sae], b_enc [d_sae], W_dec [d_sae, d_in],
 b_dec [d_in]}`` (+ ``threshold`` [d_sae] for JumpReLU) and a cfg dict with ``architecture``, ``d_in``,

@@ -1,4 +1,4 @@
-"""Interpreting CLIP with Hierarchical Sparse Autoencoders (MSAE) — ICML 2025, P22: SAE folders on disk.
+"""SAE folders on disk: ``config.json`` + ``model.safetensors``, nothing pickled.
 
 The helpers behind :meth:`SparseAutoencoder.save` / :meth:`SparseAutoencoder.load` (and the dtype names
 shared with the SAELens interchange). A saved SAE is a folder with two files, nothing pickled:

@@ -1,4 +1,4 @@
-"""Interpreting CLIP with Hierarchical Sparse Autoencoders (MSAE) — ICML 2025, P22: the SAE training loop.
+"""The SAE training loop, one for every model of the zoo (MSAE's official recipe).
 
 One loop for every model of the zoo, following the official MSAE ``train.py``:
 ``loss.backward()`` → rescale decoder rows to unit norm (compensating in the encoder) → remove the decoder
