@@ -29,12 +29,7 @@ SOURCES = sorted(
     [*ROOT.glob("packages/*/src/icml25/**/*.py"), *ROOT.glob("shared-kernels/src/icml25/**/*.py")]
 )
 
-KNOWN = frozenset(
-    {
-        # rule 1: another module's private name
-        "private: icml25.llm_efficiency.slws.vim imports _check_rate from icml25.llm_efficiency.slws.shuffle",
-    }
-)
+KNOWN: frozenset[str] = frozenset()
 
 
 def _module_name(path: Path) -> str:

@@ -18,6 +18,7 @@ from icml25.kernels.checks import (
     check_int,
     check_ints,
     check_same_length,
+    check_size2d,
     check_tensor,
 )
 
@@ -85,6 +86,20 @@ def test_check_ints_returns_a_tuple_of_python_ints_and_names_the_entry() -> None
         check_ints(2.0, "stride")
     with pytest.raises(ValueError, match=r"^grid\[1\] must be an int >= 1, got 0$"):
         check_ints((2, 0, 2), "grid", low=1)
+
+
+def test_check_size2d_reads_an_int_as_a_square_and_names_the_side() -> None:
+    assert check_size2d(8, "img_size") == (8, 8)
+    assert check_size2d((np.int64(4), 6), "img_size", low=1) == (4, 6)
+    assert all(type(v) is int for v in check_size2d((np.int64(4), 6), "img_size"))
+    for bad in ((4, 4, 4), [4, 4], (4, 2.0), True, (True, 4), "8", 8.0):
+        with pytest.raises(
+            TypeError, match=r"^img_size must be an int or a \(height, width\) tuple of ints, got "
+        ):
+            check_size2d(bad, "img_size")
+    with pytest.raises(ValueError, match=r"^img_size\[1\] must be an int >= 1, got 0$"):
+        check_size2d((4, 0), "img_size", low=1)
+    assert check_size2d(-3, "img_size") == (-3, -3)  # no bound unless asked for
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])

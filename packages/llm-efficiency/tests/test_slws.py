@@ -253,9 +253,9 @@ def test_hf_causal_lm_warns_and_generic_path():
 # -------------------------------------------------------------------------------------- §8 bad inputs
 def test_bad_inputs_raise_clear_errors():
     x = _x()
-    with pytest.raises(ValueError, match=r"max_rate must be a probability in \[0, 1\], got 1.5"):
+    with pytest.raises(ValueError, match=r"max_rate must be a finite float in \[0, 1\], got 1.5"):
         linear_shuffle_schedule(4, 1.5)
-    with pytest.raises(ValueError, match="max_rate must be a probability"):
+    with pytest.raises(ValueError, match=r"max_rate must be a finite float in \[0, 1\]"):
         StochasticLayerShuffle([nn.Identity()], -0.1)
     with pytest.raises(ValueError, match=r"x must be a \(B, L, d\) token sequence, got shape \(3, 7\)"):
         shuffle_forward(nn.Identity(), x[..., 0], prob=1.0, training=True)
@@ -277,7 +277,7 @@ def test_bad_inputs_raise_clear_errors():
         StochasticLayerShuffle([nn.Identity(), nn.Identity()], 0.5, [0.1])
     with pytest.raises(ValueError, match=r"layers_attr 'blocks' must name an nn\.ModuleList"):
         apply_slws(VimTiny(d_model=8, depth=1, d_state=2, seed=0), "blocks")
-    with pytest.raises(TypeError, match="prob must be a float"):
+    with pytest.raises(TypeError, match=r"prob must be a finite float in \[0, 1\]"):
         shuffle_forward(nn.Identity(), x, prob="0.5", training=True)
     with pytest.raises(ValueError, match=r"images must have shape \[B, 1, 8, 8\]"):
         VimTiny(d_model=8, depth=1, d_state=2, seed=0)(torch.rand(2, 1, 6, 6))

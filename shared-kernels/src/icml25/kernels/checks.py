@@ -36,6 +36,7 @@ __all__ = [
     "check_int",
     "check_ints",
     "check_same_length",
+    "check_size2d",
     "check_sklearn_array",
     "check_tensor",
 ]
@@ -101,6 +102,26 @@ def check_ints(
     ):
         raise TypeError(f"{name} must be {expected}, got {_describe(value)}")
     return tuple(check_int(v, f"{name}[{i}]", low=low, high=high) for i, v in enumerate(value))
+
+
+def check_size2d(value: object, name: str, *, low: int | None = None) -> tuple[int, int]:
+    """An image size: an int ``n`` (read as ``(n, n)``) or a ``(height, width)`` tuple of ints, as a pair of
+    Python ``int``, each ``>= low`` if given (``bool`` rejected, as in :func:`check_int`).
+
+    Raises:
+        TypeError: neither an int nor a tuple of two ints.
+        ValueError: a side is below ``low`` (the message names it as ``name[0]`` or ``name[1]``).
+    """
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        value = (value, value)
+    elif not (
+        isinstance(value, tuple)
+        and len(value) == 2
+        and all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in value)
+    ):
+        raise TypeError(f"{name} must be an int or a (height, width) tuple of ints, got {_describe(value)}")
+    height, width = (check_int(v, f"{name}[{i}]", low=low) for i, v in enumerate(value))
+    return height, width
 
 
 def check_float(

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from icml25.kernels.checks import check_int
+from icml25.kernels.checks import check_int, check_size2d
 from icml25.kernels.rng import isolated_rng, make_generator
 
 __all__ = ["CouplingFlow"]
@@ -146,16 +146,7 @@ class CouplingFlow(nn.Module):
         check_int(hidden, "hidden", low=1)
         check_int(steps_per_level, "steps_per_level", low=1)
         check_int(levels, "levels", low=1)
-        if isinstance(img_size, int) and not isinstance(img_size, bool):
-            height, width = img_size, img_size
-        elif (
-            isinstance(img_size, tuple)
-            and len(img_size) == 2
-            and all(isinstance(v, int) and not isinstance(v, bool) for v in img_size)
-        ):
-            height, width = img_size
-        else:
-            raise TypeError(f"img_size must be an int or a (height, width) tuple of ints, got {img_size!r}")
+        height, width = check_size2d(img_size, "img_size")
         factor = 2**levels
         if height < 1 or width < 1 or height % factor or width % factor:
             raise ValueError(

@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from icml25.kernels.checks import check_int
+from icml25.kernels.checks import check_int, check_size2d
 from icml25.kernels.experiment import progress
 from icml25.kernels.rng import isolated_rng, make_generator
 
@@ -323,16 +323,7 @@ class TarFlow(nn.Module):
         check_int(layers_per_block, "layers_per_block", low=1)
         check_int(head_dim, "head_dim", low=1)
         check_int(num_classes, "num_classes", low=0)
-        if isinstance(img_size, int) and not isinstance(img_size, bool):
-            height, wid = img_size, img_size
-        elif (
-            isinstance(img_size, tuple)
-            and len(img_size) == 2
-            and all(isinstance(s, int) and not isinstance(s, bool) for s in img_size)
-        ):
-            height, wid = img_size
-        else:
-            raise TypeError(f"img_size must be an int or a (height, width) tuple of ints, got {img_size!r}")
+        height, wid = check_size2d(img_size, "img_size")
         if height < 1 or wid < 1 or height % patch_size or wid % patch_size:
             raise ValueError(
                 f"img_size must be positive and divisible by patch_size={patch_size}, got {(height, wid)}"

@@ -20,13 +20,14 @@ permuted token sequence, and its outputs are put back in the original order. Not
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from torch import nn
+
+from icml25.kernels.checks import check_float, check_int
 
 __all__ = [
     "ShuffledLayer",
@@ -42,22 +43,6 @@ Schedule = str | Sequence[float] | Callable[[int, float], Sequence[float]]
 
 
 # ---------------------------------------------------------------------------------------- validation
-def _check_rate(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a float in [0, 1], got {value!r} ({type(value).__name__})")
-    if not (math.isfinite(value) and 0.0 <= value <= 1.0):
-        raise ValueError(f"{name} must be a probability in [0, 1], got {value}")
-    return float(value)
-
-
-def _check_int(name: str, value: object, lo: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int >= {lo}, got {value!r} ({type(value).__name__})")
-    if value < lo:
-        raise ValueError(f"{name} must be >= {lo}, got {value}")
-    return value
-
-
 def _check_generator(generator: object) -> None:
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
@@ -75,16 +60,16 @@ def linear_shuffle_schedule(depth: int, max_rate: float) -> list[float]:
         depth: number of layers N ≥ 1.
         max_rate: the maximum shuffle rate P in [0, 1] (official ``--ssr``; 0.5 for ShuffleMamba-B).
     """
-    depth = _check_int("depth", depth, 1)
-    max_rate = _check_rate("max_rate", max_rate)
+    depth = check_int(depth, "depth", low=1)
+    max_rate = check_float(max_rate, "max_rate", low=0, high=1)
     return [float(p) for p in torch.linspace(0.0, max_rate, depth, dtype=torch.float64)]
 
 
 def constant_shuffle_schedule(depth: int, max_rate: float) -> list[float]:
     """``p_l = max_rate`` in every layer (the paper's constant-rate ablation). Arguments as
     :func:`linear_shuffle_schedule`."""
-    depth = _check_int("depth", depth, 1)
-    return [_check_rate("max_rate", max_rate)] * depth
+    depth = check_int(depth, "depth", low=1)
+    return [check_float(max_rate, "max_rate", low=0, high=1)] * depth
 
 
 _SCHEDULES = {"linear": linear_shuffle_schedule, "constant": constant_shuffle_schedule}
@@ -106,7 +91,7 @@ def _resolve_schedule(schedule: object, depth: int, max_rate: float) -> list[flo
         )
     if len(probs) != depth:
         raise ValueError(f"schedule must give one probability per layer ({depth}), got {len(probs)}")
-    return [_check_rate(f"schedule[{i}]", p) for i, p in enumerate(probs)]
+    return [check_float(p, f"schedule[{i}]", low=0, high=1) for i, p in enumerate(probs)]
 
 
 # -------------------------------------------------------------------------------------- the operation
@@ -214,14 +199,14 @@ def shuffle_forward(
         raise ValueError(f"x must be a (B, L, d) token sequence, got shape {tuple(x.shape)}")
     if x.shape[2] == 0:
         raise ValueError(f"x must have d >= 1 features per token (B, L, d), got shape {tuple(x.shape)}")
-    prob = _check_rate("prob", prob)
+    prob = check_float(prob, "prob", low=0, high=1)
     if not isinstance(training, bool):
         raise TypeError(f"training must be a bool, got {training!r}")
     if not isinstance(per_sample, bool):
         raise TypeError(f"per_sample must be a bool, got {per_sample!r}")
     if not isinstance(restore, bool):
         raise TypeError(f"restore must be a bool, got {restore!r}")
-    keep_first = _check_int("keep_first", keep_first, 0)
+    keep_first = check_int(keep_first, "keep_first", low=0)
     _check_generator(generator)
     B, L, _ = x.shape
     if residual is not None:
@@ -289,12 +274,12 @@ class ShuffledLayer(nn.Module):
             raise TypeError(f"layer must be an nn.Module, got {type(layer).__name__}")
         if isinstance(layer, ShuffledLayer):
             raise ValueError("layer is already wrapped by SLWS (a ShuffledLayer); do not wrap it twice")
-        prob = _check_rate("prob", prob)
+        prob = check_float(prob, "prob", low=0, high=1)
         if not isinstance(per_sample, bool):
             raise TypeError(f"per_sample must be a bool, got {per_sample!r}")
         if not isinstance(restore, bool):
             raise TypeError(f"restore must be a bool, got {restore!r}")
-        _check_int("keep_first", keep_first, 0)
+        check_int(keep_first, "keep_first", low=0)
         _check_generator(generator)
         super().__init__()
         self.layer = layer
@@ -359,7 +344,7 @@ class StochasticLayerShuffle(nn.ModuleList):
                 raise TypeError(f"layers[{i}] must be an nn.Module, got {type(blk).__name__}")
             if isinstance(blk, ShuffledLayer):
                 raise ValueError(f"layers[{i}] is already wrapped by SLWS; do not apply it twice")
-        max_rate = _check_rate("max_rate", max_rate)
+        max_rate = check_float(max_rate, "max_rate", low=0, high=1)
         probs = _resolve_schedule(schedule, len(blocks), max_rate)
         wrapped = [
             ShuffledLayer(blk, p, per_sample=per_sample, keep_first=keep_first, generator=generator, restore=restore)

@@ -27,19 +27,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from icml25.kernels.checks import check_float, check_int
 from icml25.kernels.rng import isolated_rng
 from icml25.kernels.selective_scan import selective_scan
-from icml25.llm_efficiency.slws.shuffle import Schedule, StochasticLayerShuffle, _check_rate
+from icml25.llm_efficiency.slws.shuffle import Schedule, StochasticLayerShuffle
 
 __all__ = ["BiMambaMixer", "VimBlock", "VimTiny"]
-
-
-def _check_int(name: str, value: object, lo: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int >= {lo}, got {value!r} ({type(value).__name__})")
-    if value < lo:
-        raise ValueError(f"{name} must be >= {lo}, got {value}")
-    return value
 
 
 class RMSNorm(nn.Module):
@@ -114,11 +107,11 @@ class BiMambaMixer(nn.Module):
         backend: str | None = None,
     ) -> None:
         super().__init__()
-        d_model = _check_int("d_model", d_model, 1)
-        d_state = _check_int("d_state", d_state, 1)
-        expand = _check_int("expand", expand, 1)
-        d_conv = _check_int("d_conv", d_conv, 1)
-        dt_rank = math.ceil(d_model / 16) if dt_rank is None else _check_int("dt_rank", dt_rank, 1)
+        d_model = check_int(d_model, "d_model", low=1)
+        d_state = check_int(d_state, "d_state", low=1)
+        expand = check_int(expand, "expand", low=1)
+        d_conv = check_int(d_conv, "d_conv", low=1)
+        dt_rank = math.ceil(d_model / 16) if dt_rank is None else check_int(dt_rank, "dt_rank", low=1)
         d_inner = expand * d_model
         self.backend = backend
         self.in_proj = nn.Linear(d_model, 2 * d_inner, bias=False)
@@ -153,7 +146,7 @@ class VimBlock(nn.Module):
         super().__init__()
         self.norm = RMSNorm(d_model)
         self.mixer = mixer
-        self.drop_path = _check_rate("drop_path", drop_path)
+        self.drop_path = check_float(drop_path, "drop_path", low=0, high=1)
 
     def forward(
         self, hidden: torch.Tensor, residual: torch.Tensor | None = None
@@ -204,16 +197,16 @@ class VimTiny(nn.Module):
         backend: str | None = None,
     ) -> None:
         super().__init__()
-        image_size = _check_int("image_size", image_size, 1)
-        patch_size = _check_int("patch_size", patch_size, 1)
+        image_size = check_int(image_size, "image_size", low=1)
+        patch_size = check_int(patch_size, "patch_size", low=1)
         if image_size % patch_size:
             raise ValueError(f"image_size ({image_size}) must be divisible by patch_size ({patch_size})")
-        in_chans = _check_int("in_chans", in_chans, 1)
-        num_classes = _check_int("num_classes", num_classes, 1)
-        d_model = _check_int("d_model", d_model, 1)
-        depth = _check_int("depth", depth, 1)
-        drop_path = _check_rate("drop_path", drop_path)
-        shuffle_rate = _check_rate("shuffle_rate", shuffle_rate)
+        in_chans = check_int(in_chans, "in_chans", low=1)
+        num_classes = check_int(num_classes, "num_classes", low=1)
+        d_model = check_int(d_model, "d_model", low=1)
+        depth = check_int(depth, "depth", low=1)
+        drop_path = check_float(drop_path, "drop_path", low=0, high=1)
+        shuffle_rate = check_float(shuffle_rate, "shuffle_rate", low=0, high=1)
         self.image_size, self.in_chans = image_size, in_chans
         self.n_patches = (image_size // patch_size) ** 2
         with isolated_rng(seed) if seed is not None else contextlib.nullcontext():
