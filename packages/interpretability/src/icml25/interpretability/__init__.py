@@ -123,6 +123,7 @@ if TYPE_CHECKING:  # the name -> module map of the lazy namespace (icml25.kernel
     )
     from icml25.interpretability.icl_heads import (
         ABLATION_MODES,
+        CORRUPTIONS,
         FVScores,
         ablate_heads,
         fv_scores,
@@ -374,6 +375,7 @@ __all__ = [  # noqa: RUF022 (grouped by paper)
     "train_role_model",
     # P51 induction heads vs function-vector heads
     "ABLATION_MODES",
+    "CORRUPTIONS",
     "FVScores",
     "HeadActivationSite",
     "ICLPrompt",

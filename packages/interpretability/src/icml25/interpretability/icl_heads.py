@@ -56,6 +56,7 @@ from icml25.kernels.rng import make_generator
 
 __all__ = [
     "ABLATION_MODES",
+    "CORRUPTIONS",
     "FVScores",
     "HeadActivationSite",
     "ICLPrompt",
@@ -83,6 +84,8 @@ __all__ = [
 
 
 ABLATION_MODES = ("mean", "zero", "shuffled", "random_tokens_all_positions")
+CORRUPTIONS = ("shuffle", "random_labels")
+"""Corruptions of the demos: for the CIE (:func:`fv_scores`) and :func:`icl_accuracy` (see :func:`sample_prompts`)."""
 INDUCTION_METHODS = ("mean_attention", "tl_abs")
 
 
@@ -306,13 +309,16 @@ def fv_scores(
     seed: int = 0,
     batch_heads: bool = True,
     corruption: str = "shuffle",
+    clean_means: Mapping[str, Tensor] | None = None,
 ) -> FVScores:
     """FV score of every head: the causal indirect effect (probability after softmax of the query's first
     answer token) of writing the head's task-mean final-token activation (over ``n_prompts`` clean prompts)
     into ``n_prompts`` corrupted prompts, head by head, averaged over prompts and ``tasks``.
     ``batch_heads`` patches all heads of a layer in one forward (one prompt copy per head). ``corruption``:
     ``"shuffle"`` (the paper's: the demos' labels permuted among them) or ``"random_labels"`` (each label
-    replaced by another of the task's labels; see :func:`sample_prompts`)."""
+    replaced by another of the task's labels; see :func:`sample_prompts`). ``clean_means``: the
+    ``per_task_mean`` of an earlier call on the same model, tasks, sizes and seed (for example with the other
+    corruption), reused instead of measured again."""
     site = as_head_site(model)
     if not isinstance(tasks, Mapping) or not tasks or not all(isinstance(t, ICLTask) for t in tasks.values()):
         raise ValueError("tasks must be a non-empty {name: ICLTask} mapping")
@@ -321,12 +327,24 @@ def fv_scores(
         if n_shots + 1 > len(t.pairs):
             raise ValueError(f"n_shots must be < the {len(t.pairs)} pairs of task {t.name!r}, got {n_shots}")
     check_int(n_prompts, "n_prompts", low=1)
-    check_choice(corruption, "corruption", ("shuffle", "random_labels"))
+    check_choice(corruption, "corruption", CORRUPTIONS)
+    if clean_means is not None:
+        if not isinstance(clean_means, Mapping) or set(clean_means) != set(tasks):
+            raise ValueError(
+                f"clean_means must map the same task names as tasks ({sorted(tasks)}), got "
+                f"{sorted(clean_means) if isinstance(clean_means, Mapping) else type(clean_means).__name__}"
+            )
+        for name in tasks:
+            check_tensor(
+                clean_means[name], f"clean_means[{name!r}]", shape=(site.n_layers, site.n_heads, site.d_head)
+            )
     per_task, per_mean = {}, {}
     for k, (name, task) in enumerate(tasks.items()):
         s = seed * 1_000_003 + 2 * k
-        clean = sample_prompts(task, n_prompts, n_shots, template, seed=s)
-        mean = mean_head_activations(site, clean)
+        if clean_means is None:
+            mean = mean_head_activations(site, sample_prompts(task, n_prompts, n_shots, template, seed=s))
+        else:
+            mean = clean_means[name]
         corrupt = sample_prompts(
             task, n_prompts, n_shots, template, seed=s + 1, shuffle_labels=corruption == "shuffle",
             random_labels=corruption == "random_labels",
@@ -400,14 +418,21 @@ def ablate_heads(
 # ------------------------------------------------------------------------------------------ metrics
 @torch.no_grad()
 def icl_accuracy(model: nn.Module, task: ICLTask, template: ICLTemplate = DEFAULT_TEMPLATE, n_shots: int = 10,
-                 n_prompts: int = 100, seed: int = 0) -> float:  # fmt: skip
-    """Few-shot accuracy: the fraction of ``n_prompts`` clean prompts whose greedy next token (one
-    prefill forward, so a ``"last"`` ablation touches the prompt's final token only) is the answer's
-    first token. Wrap in :func:`ablate_heads` to measure an ablation."""
+                 n_prompts: int = 100, seed: int = 0, corruption: str | None = None) -> float:  # fmt: skip
+    """Few-shot accuracy: the fraction of ``n_prompts`` prompts whose greedy next token (one prefill
+    forward, so a ``"last"`` ablation touches the prompt's final token only) is the answer's first token.
+    Wrap in :func:`ablate_heads` to measure an ablation. ``corruption`` (``"shuffle"`` or
+    ``"random_labels"``, see :func:`sample_prompts`) measures how much of the task corrupted prompts still
+    carry; ``None`` (default) uses clean prompts."""
     if not isinstance(task, ICLTask):
         raise TypeError(f"task must be an ICLTask, got {type(task).__name__}")
+    if corruption is not None:
+        check_choice(corruption, "corruption", CORRUPTIONS)
     site = as_head_site(model)
-    prompts = sample_prompts(task, n_prompts, n_shots, template, seed=seed)
+    prompts = sample_prompts(
+        task, n_prompts, n_shots, template, seed=seed, shuffle_labels=corruption == "shuffle",
+        random_labels=corruption == "random_labels",
+    )  # fmt: skip
     dev = next(site.model.parameters()).device
     correct = 0
     for ids, tgt, _ in _by_length(prompts):

@@ -111,6 +111,7 @@ def sample_prompts(task: ICLTask, n_prompts: int, n_shots: int, template: ICLTem
         raise ValueError(
             f"random_labels needs a task with 2 or more distinct labels, {task.name!r} has {len(labels)}"
         )
+    others = {lab: [other for other in labels if other != lab] for lab in labels}
     g = make_generator(seed)
     out = []
     for _ in range(n_prompts):
@@ -121,6 +122,6 @@ def sample_prompts(task: ICLTask, n_prompts: int, n_shots: int, template: ICLTem
             demos = [(demos[i][0], demos[p][1]) for i, p in enumerate(perm)]
         elif random_labels:
             draws = torch.randint(len(labels) - 1, (n_shots,), generator=g).tolist()
-            demos = [(x, [lab for lab in labels if lab != tuple(y)][d]) for (x, y), d in zip(demos, draws)]
+            demos = [(x, others[tuple(y)][d]) for (x, y), d in zip(demos, draws)]
         out.append(build_prompt(demos, task.pairs[idx[-1]], template, task.name))
     return out

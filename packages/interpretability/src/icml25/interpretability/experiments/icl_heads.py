@@ -11,10 +11,11 @@ Our CPU-scale setting (:class:`Setting` gives each knob's paper value next to ou
 repeat data ``[BOS, r_1..r_16, r_1..r_16]`` over a 60-token alphabet (loss on the second half: grows
 induction heads) and function-ICL data: 16 tasks, each a random bijection of 16 "word" tokens, 6 demos
 ``x f(x) ;`` then a query not among the demos (copying cannot solve it). Induction scores on repeat data;
-FV scores (CIE) on 8 scoring tasks; few-shot accuracy on the 8 other tasks (quick: 6 tasks, 3 + 3, 1,200
-steps). Arms, each ablating ``k`` heads at the final token with the scoring tasks' mean activation: top-FV
-excluding the top-2 induction heads, top-induction excluding the top-2 FV heads, random (mean over 10
-draws), none; ``k`` in {1, 2, 3, 4} is reported, ``k = 2`` (of the full model's 4 x 4 = 16 heads) is
+FV scores (CIE, on label-shuffled prompts) on 8 scoring tasks; few-shot accuracy on the 8 other tasks
+(quick: 6 tasks, 3 + 3, 1,200 steps, CIE on random-label prompts, see ``Setting.corruption``). Arms, each
+ablating ``k`` heads at the final token with the scoring tasks' mean activation: top-FV excluding the top-2
+induction heads, top-induction excluding the top-2 FV heads, random (mean over 10 draws; quick: over every
+pair of the 8 heads), none; ``k`` in {1, 2, 3, 4} is reported, ``k = 2`` (of the full model's 4 x 4 = 16 heads) is
 gated. The copying metric: the loss increase on repeat-data second halves with the heads' activations
 replaced at every position by those of one random-token sequence (the official token-loss ablation).
 Reported, not gated (full): the FV arm with heads scored on random-label corruptions instead of the
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -45,6 +47,7 @@ import torch
 import torch.nn.functional as F
 
 from icml25.interpretability.icl_heads import (
+    FVScores,
     ICLTemplate,
     TinyICLTransformer,
     ablate_heads,
@@ -55,7 +58,6 @@ from icml25.interpretability.icl_heads import (
     random_heads,
     random_token_activations,
     repeat_batch,
-    sample_prompts,
     select_heads,
     train_synthetic_icl,
 )
@@ -94,9 +96,9 @@ class Setting:
     """Residual width (paper 512-4096; planned and ours 128, quick 64)."""
     steps: int
     """Training steps, half repeat and half function-ICL sequences (paper: pretrained LMs; planned and ours 3000,
-    quick 1200: about 28 s of CPU at 23 ms a step on one thread, 33 s with the measurements, over the 20 s of a
-    quick test because the 2 x 4 model needs ~1,000 steps before it infers 6 tasks (clean accuracy 0.79-0.99
-    at 1,000 steps, 0.98-1.00 at 1,200 on seeds 1-4) and a run that has not learned them tests nothing)."""
+    quick 1200: 18-29 s of CPU on one thread with the measurements, over the 20 s of a quick test because the
+    2 x 4 model needs ~1,000 steps before it infers 6 tasks (clean accuracy 0.79-0.99 at 1,000 steps,
+    0.98-1.00 at 1,200 on seeds 1-4) and a run that has not learned them tests nothing)."""
     n_heads: int = 4
     """Heads per layer (paper 8-32; ours 4)."""
     batch: int = 64
@@ -114,18 +116,27 @@ class Setting:
     n_shots: int = 6
     """Demos per prompt (paper 10; ours 6)."""
     n_prompts: int = 50
-    """Prompts per task for mean activations, CIE and accuracy (paper 100; ours 50, quick 50: 3 evaluation
-    tasks x 50 = 150 prompts, the 160 of 8 x 20 before)."""
+    """Prompts per task for mean activations, CIE and accuracy (paper 100; ours 50, quick 100: with 50, the
+    quick FV pair's margin over the random arm was 0.112 on one of the 10 seed x CPU-path runs, 0.142 at the
+    least with 100)."""
     rep_n: int = 16
     """Half length of the repeat sequences (paper 50 for induction scores; ours 16)."""
-    n_random: int = 10
-    """Random-arm draws averaged (planned 10; ours 10, quick 5)."""
+    n_random: int | None = 10
+    """Random-arm draws averaged (planned and ours 10); ``None`` averages over every ``k``-subset of heads, the
+    exact expectation of a uniform draw (quick: 28 pairs of 8 heads; the 5 draws used before, with seeds
+    shared by neighbouring run seeds, averaged 0.095-0.181 where the exact mean was 0.074-0.133)."""
     ks: tuple[int, ...] = (1, 2, 3, 4)
     """Numbers of ablated heads reported (paper 1-20% of heads; ours 1-4 of 16, quick 1-2 of 8)."""
     k_gate: int = 2
     """Ablated heads in the gated arms (planned and ours 2 of 16 heads = 12.5%; quick 2 of 8 = 25%)."""
     exclude_top: int = 2
     """Top heads of the other score excluded from an arm (paper 2% of heads; ours 2)."""
+    corruption: str = "shuffle"
+    """The corrupted prompts the gated FV scores (CIE) are measured on (:func:`fv_scores`; paper and ours:
+    ``"shuffle"``, the demos' labels permuted among them; quick ``"random_labels"``: our tasks are bijections
+    of one word set, so a shuffled label set still tells which task a prompt is, and on 3 of 10 quick seed x
+    CPU-path runs the shuffle-scored FV pair held a layer-0 head and dropped 0-0.14; random labels put two
+    layer-1 heads first in all 10)."""
     random_label_arm: bool = True
     """Also score FV heads on random-label corruptions (:func:`fv_scores` ``corruption="random_labels"``) and
     report that FV arm's drops and both corruptions' accuracy (reported, not gated; quick: off). The paper
@@ -143,9 +154,10 @@ QUICK = Setting(
     batch=32,
     lr=6e-3,
     n_tasks=6,
-    n_prompts=50,
     ks=(1, 2),
-    n_random=5,
+    n_random=None,
+    n_prompts=100,
+    corruption="random_labels",
     random_label_arm=False,
     full_checks=False,
 )
@@ -231,29 +243,35 @@ def repeat_metrics(model: Any, seqs: torch.Tensor, n: int) -> tuple[float, float
     return float(loss), float((logits.argmax(-1) == tgt).float().mean())
 
 
-def mean_accuracy(model: Any, tasks: Sequence[Any], setting: Setting, seed: int) -> float:
+def mean_accuracy(
+    model: Any, tasks: Sequence[Any], setting: Setting, seed: int, corruption: str | None = None
+) -> float:
+    """Mean few-shot accuracy over ``tasks``; with ``corruption``, on corrupted prompts (how much of the task
+    they still carry: the CIE measures what a head's mean restores)."""
     return float(np.mean([
-        icl_accuracy(model, t, ICLTemplate(), setting.n_shots, setting.n_prompts, seed=seed + 7 * i)
+        icl_accuracy(model, t, ICLTemplate(), setting.n_shots, setting.n_prompts, seed=seed + 7 * i,
+                     corruption=corruption)
         for i, t in enumerate(tasks)
     ]))  # fmt: skip
 
 
-@torch.no_grad()
-def corrupted_accuracy(
-    model: Any, tasks: Sequence[Any], setting: Setting, corruption: str, seed: int
-) -> float:
-    """Few-shot accuracy on prompts whose demos are corrupted (``"shuffle"`` or ``"random_labels"``): how
-    much of the task a corrupted prompt still carries (the CIE measures what a head's mean restores)."""
-    accs = []
-    for i, t in enumerate(tasks):
-        prompts = sample_prompts(
-            t, setting.n_prompts, setting.n_shots, ICLTemplate(), seed=seed + 13 * i,
-            shuffle_labels=corruption == "shuffle", random_labels=corruption == "random_labels",
-        )  # fmt: skip
-        ids = torch.stack([p.input_ids for p in prompts])
-        target = torch.tensor([p.target for p in prompts])
-        accs.append(float((model(input_ids=ids).logits[:, -1].argmax(-1) == target).float().mean()))
-    return float(np.mean(accs))
+def random_arm(
+    shape: tuple[int, int], k: int, setting: Setting, seed: int, layers: Sequence[int] | None = None
+) -> list[list[tuple[int, int]]]:
+    """The random arm's head sets: ``setting.n_random`` uniform draws (:func:`random_heads`, seeds ``seed``,
+    ``seed + 1``, ...), or with ``n_random=None`` every set a draw can give, each once (its exact mean). With
+    ``layers``, one head in each listed layer (the layer-matched arm)."""
+    if setting.n_random is not None:
+        return [random_heads(shape, k, seed=seed + r, layers=layers) for r in range(setting.n_random)]
+    grid = [[(layer, h) for h in range(shape[1])] for layer in range(shape[0])]
+    if layers is None:
+        return [list(c) for c in itertools.combinations([lh for row in grid for lh in row], k)]
+    sets = {
+        tuple(sorted(c))
+        for c in itertools.product(*(grid[layer] for layer in layers))
+        if len(set(c)) == len(c)
+    }
+    return [list(c) for c in sorted(sets)]
 
 
 Ablate = Callable[..., Any]
@@ -271,7 +289,10 @@ def measure(
     m["clean_repeat_loss"], m["copy_acc"] = repeat_metrics(model, rep, setting.rep_n)
     ind = induction_scores(model, n=setting.rep_n, batch=256, tokens=ALPHABET, seed=seed + 3)
     m["best_induction"] = float(ind.max())
-    fv = fv_scores(model, data["scoring"], ICLTemplate(), setting.n_shots, setting.n_prompts, seed=seed + 4)
+    fv = fv_scores(
+        model, data["scoring"], ICLTemplate(), setting.n_shots, setting.n_prompts, seed=seed + 4,
+        corruption=setting.corruption,
+    )  # fmt: skip
     m["best_fv"] = float(fv.scores.max())
     m["score_corr"] = float(np.corrcoef(ind.flatten().numpy(), fv.scores.flatten().numpy())[0, 1])
     mean_acts = fv.mean_activations
@@ -285,13 +306,12 @@ def measure(
         arms = {
             "fv": [select_heads(fv.scores, k, ind, setting.exclude_top)],
             "induction": [select_heads(ind, k, fv.scores, setting.exclude_top)],
-            "random": [random_heads(shape, k, seed=seed + 100 + r) for r in range(setting.n_random)],
+            "random": random_arm(shape, k, setting, seed + 100),
         }
         if k == setting.k_gate:
-            arms["random_same_layers"] = [
-                random_heads(shape, k, seed=seed + 200 + r, layers=[lh[0] for lh in arms["fv"][0]])
-                for r in range(setting.n_random)
-            ]
+            arms["random_same_layers"] = random_arm(
+                shape, k, setting, seed + 200, [lh[0] for lh in arms["fv"][0]]
+            )
             arms_at_gate = arms
         for arm, draws in arms.items():
             drops = []
@@ -315,7 +335,7 @@ def measure(
     )
     extra = {"ind": ind, "fv": fv.scores, "curves": curves, "arms": arms_at_gate}
     if setting.random_label_arm:
-        extra["fv_random_labels"] = random_label_arm(model, data, setting, seed, ind, m, ablate)
+        extra["fv_random_labels"] = random_label_arm(model, data, setting, seed, ind, fv, m, ablate)
     return m, extra
 
 
@@ -325,17 +345,19 @@ def random_label_arm(
     setting: Setting,
     seed: int,
     ind: torch.Tensor,
+    fv_shuffle: FVScores,
     m: dict[str, float],
     ablate: Ablate,
 ) -> list[tuple[int, int]]:
     """The reported arm of :attr:`Setting.random_label_arm`: writes ``corrupt_acc_{shuffle,random_labels}``,
-    ``best_fv_random_labels`` and ``drop_fv_random_labels_k<k>`` into ``m``; returns its gated-k FV heads."""
+    ``best_fv_random_labels`` and ``drop_fv_random_labels_k<k>`` into ``m``; returns its gated-k FV heads.
+    ``fv_shuffle``: the gated arm's :class:`FVScores`, whose clean task means are reused."""
     scoring = list(data["scoring"].values())
     for corruption in ("shuffle", "random_labels"):
-        m[f"corrupt_acc_{corruption}"] = corrupted_accuracy(model, scoring, setting, corruption, seed + 6)
+        m[f"corrupt_acc_{corruption}"] = mean_accuracy(model, scoring, setting, seed + 6, corruption)
     fv = fv_scores(
         model, data["scoring"], ICLTemplate(), setting.n_shots, setting.n_prompts, seed=seed + 4,
-        corruption="random_labels",
+        corruption="random_labels", clean_means=fv_shuffle.per_task_mean,
     )  # fmt: skip
     m["best_fv_random_labels"] = float(fv.scores.max())
     gated: list[tuple[int, int]] = []
