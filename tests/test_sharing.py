@@ -11,9 +11,9 @@ A module belongs to the paper whose catalog ``module`` is its longest dotted pre
 ``flex3d``'s paper: the suffix after an underscore counts too); a module no paper claims is common. An
 experiment belongs to the paper whose ``entry_point`` it is.
 
-The crossings that existed when the rule was written are listed in ``KNOWN``: each moves out with its
-papers' re-records (the move stales their ledger entries). The test fails on a crossing not in the list, naming
-it, and on a listed crossing that no longer exists, so the list only shrinks.
+The 46 crossings that existed when the rule was written were listed in ``KNOWN`` and moved out with their
+papers' re-records (a move stales their ledger entries); the list is empty since session 13. The test fails
+on a crossing not in the list, naming it, and on a listed crossing that no longer exists.
 """
 
 from __future__ import annotations
