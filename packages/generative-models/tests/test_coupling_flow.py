@@ -97,13 +97,13 @@ def test_bad_inputs() -> None:
     with pytest.raises(TypeError, match="img_size"):
         CouplingFlow(1, "8", 8, 2, 2)
     flow = CouplingFlow(1, 8, 8, 2, 2, seed=0)
-    with pytest.raises(ValueError, match=r"x must have shape \(B, 1, 8, 8\)"):
+    with pytest.raises(ValueError, match=r"x must have shape \(\*, 1, 8, 8\)"):
         flow.log_prob(torch.zeros(2, 1, 4, 4))
     bad = torch.zeros(2, 1, 8, 8)
     bad[0, 0, 1, 1] = float("nan")
-    with pytest.raises(ValueError, match="x must be finite; got 1 NaN"):
+    with pytest.raises(ValueError, match=r"x must be finite \(no NaN or inf\), got 1 NaN"):
         flow.log_prob(bad)
-    with pytest.raises(TypeError, match="floating-point"):
+    with pytest.raises(TypeError, match="x must be a float tensor"):
         flow.log_prob(torch.zeros(2, 1, 8, 8, dtype=torch.int64))
     with pytest.raises(ValueError, match="z must be"):
         flow.inverse(torch.zeros(2, 1, 8, 8))

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from icml25.kernels.checks import check_int, check_size2d
+from icml25.kernels.checks import check_int, check_size2d, check_tensor
 from icml25.kernels.rng import isolated_rng, make_generator
 
 __all__ = ["CouplingFlow"]
@@ -176,21 +176,7 @@ class CouplingFlow(nn.Module):
         return self.in_channels * self.img_size[0] * self.img_size[1]
 
     def _check_x(self, x: object, name: str = "x") -> Tensor:
-        if not isinstance(x, Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor of shape (B, C, H, W), got {type(x).__name__}")
-        expected = (self.in_channels, *self.img_size)
-        if x.dim() != 4 or tuple(x.shape[1:]) != expected:
-            raise ValueError(
-                f"{name} must have shape (B, {', '.join(map(str, expected))}), got {tuple(x.shape)}"
-            )
-        if not x.is_floating_point():
-            raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
-        if x.numel() and not bool(torch.isfinite(x).all()):
-            raise ValueError(
-                f"{name} must be finite; got {int(torch.isnan(x).sum())} NaN and {int(torch.isinf(x).sum())} "
-                f"Inf values in a tensor of shape {tuple(x.shape)}"
-            )
-        return x
+        return check_tensor(x, name, shape=(None, self.in_channels, *self.img_size))
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """Images ``(B, C, H, W)`` -> latent ``z`` ``(B, *latent_shape)`` and log|det dz/dx| ``(B,)`` (a sum)."""

@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from icml25.kernels.checks import check_int, check_size2d
+from icml25.kernels.checks import check_float, check_int, check_size2d, check_tensor
 from icml25.kernels.experiment import progress
 from icml25.kernels.rng import isolated_rng, make_generator
 
@@ -381,27 +381,13 @@ class TarFlow(nn.Module):
     # ---- input validation ----------------------------------------------------------------------------
 
     def _check_x(self, x: object, name: str = "x") -> Tensor:
-        if not isinstance(x, Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor of shape (B, C, H, W), got {type(x).__name__}")
-        expected = (self.in_channels, *self.img_size)
-        if x.dim() != 4 or tuple(x.shape[1:]) != expected:
-            raise ValueError(
-                f"{name} must have shape (B, {', '.join(map(str, expected))}), got {tuple(x.shape)}"
-            )
-        if not x.is_floating_point():
-            raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
-        # One reduction and host sync per call: a NaN/Inf image would silently give a NaN loss/latent.
-        peak = x.detach().abs().amax().item() if x.numel() else 0.0
-        if not math.isfinite(peak):
-            raise ValueError(
-                f"{name} must be finite; got {int(torch.isnan(x).sum())} NaN and {int(torch.isinf(x).sum())} "
-                f"Inf values in a tensor of shape {tuple(x.shape)}"
-            )
-        if not self._warned_range and peak > _RANGE_WARN_LIMIT:
+        x = check_tensor(x, name, shape=(None, self.in_channels, *self.img_size))
+        peak = float(x.detach().abs().amax()) if x.numel() and not self._warned_range else 0.0
+        if peak > _RANGE_WARN_LIMIT:
             self._warned_range = True
             warnings.warn(
-                f"{name} has values far outside [-1, 1] (max |x| = {peak:.3g}); "
-                "TarFlow expects data scaled to [-1, 1]",
+                f"{name} has values far outside [-1, 1] (max |x| = {peak:.3g}); TarFlow expects data scaled to "
+                "[-1, 1]",
                 stacklevel=3,
             )
         return x
@@ -645,23 +631,11 @@ class TrainResult:
 
 
 def _check_images(x: object, name: str, allow_none: bool = False) -> Tensor | None:
-    """A finite, non-empty float tensor of images ``(n, ...)`` scaled to about [-1, 1]."""
+    """A finite, non-empty float tensor of images ``(n, C, H, W)`` scaled to about [-1, 1]."""
     if x is None and allow_none:
         return None
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor of images (n, C, H, W), got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
-    if x.dim() != 4:
-        raise ValueError(f"{name} must have shape (n, C, H, W), got {tuple(x.shape)}")
-    if x.numel() == 0:
-        raise ValueError(f"{name} must hold at least one non-empty image, got shape {tuple(x.shape)}")
-    peak = x.detach().abs().amax().item()
-    if not math.isfinite(peak):
-        raise ValueError(
-            f"{name} must be finite; got {int(torch.isnan(x).sum())} NaN and {int(torch.isinf(x).sum())} "
-            f"Inf values in a tensor of shape {tuple(x.shape)}"
-        )
+    x = check_tensor(x, name, ndim=4, non_empty=True)
+    peak = float(x.detach().abs().amax())
     if peak > _TRAIN_RANGE_LIMIT:
         raise ValueError(
             f"{name} must be images scaled to about [-1, 1] (max |x| <= {_TRAIN_RANGE_LIMIT:g}), got max |x| = "
@@ -672,14 +646,6 @@ def _check_images(x: object, name: str, allow_none: bool = False) -> Tensor | No
 
 # Training data beyond this magnitude is certainly not scaled to [-1, 1] and overflows the flow.
 _TRAIN_RANGE_LIMIT = 1e3
-
-
-def _check_number(name: str, value: object, low: float, low_open: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise TypeError(f"{name} must be a finite float, got {value!r}")
-    if value < low or (low_open and value == low):
-        raise ValueError(f"{name} must be {'>' if low_open else '>='} {low:g}, got {value!r}")
-    return float(value)
 
 
 @torch.no_grad()
@@ -749,10 +715,10 @@ def train_flow(
     batch_size = check_int(batch_size, "batch_size", low=1)
     eval_every = check_int(eval_every, "eval_every", low=1)
     warmup = max(1, len(x_train) // batch_size) if warmup is None else check_int(warmup, "warmup", low=1)
-    lr = _check_number("lr", lr, 0.0, low_open=True)
-    noise_std = _check_number("noise_std", noise_std, 0.0)
-    weight_decay = _check_number("weight_decay", weight_decay, 0.0)
-    clip_norm = _check_number("clip_norm", clip_norm, 0.0, low_open=True)
+    lr = check_float(lr, "lr", low=0.0, low_open=True)
+    noise_std = check_float(noise_std, "noise_std", low=0.0)
+    weight_decay = check_float(weight_decay, "weight_decay", low=0.0)
+    clip_norm = check_float(clip_norm, "clip_norm", low=0.0, low_open=True)
     gen = make_generator(seed, generator, device=x_train.device)
 
     t0 = time.perf_counter()
