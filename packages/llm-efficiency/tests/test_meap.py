@@ -316,13 +316,16 @@ NLL = "MEAP filler NLL <= 1.05 x NTP filler NLL"
 
 
 def test_quick_reproduction_is_the_recorded_known_miss():
-    """NTP learns the lookup (the run is conclusive); MEAP does not beat it, while the mechanics and the
-    no-harm NLL bar hold: exactly the direction check misses, as the catalog records."""
+    """NTP learns the lookup (the run is conclusive); MEAP does not beat it, as the catalog records, while
+    the mechanics hold. The no-harm NLL bar is not asserted either way: on seeds 0-4 with
+    ``ATEN_CPU_CAPABILITY=default`` MEAP's filler NLL is 0.95-1.08 x NTP's, and misses the 1.05 bar on seeds
+    1 and 2 (issue 77: a known-miss gate asserts the claim's check, not the exact set that fails)."""
     report = experiment.run(quick=True, seed=0)
     assert not report.inconclusive, report.failed_preconditions
     assert report.metrics["baseline_ntp_accuracy_min_seed"] >= 2 / 16
     assert report.passed is False
-    assert report.failed_checks == [DIRECTION]
+    assert DIRECTION in report.failed_checks
+    assert set(report.failed_checks) <= {DIRECTION, NLL}, report.failed_checks
 
 
 def test_quick_gate_fails_when_labels_are_masked_too():
