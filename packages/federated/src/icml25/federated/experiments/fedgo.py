@@ -87,7 +87,9 @@ class Setting:
     epochs: int
     """Local Adam epochs of each classifier (paper: local SGD per round; ours one-shot, 40)."""
     disc_epochs: int
-    """Discriminator epochs E_d (paper: not retrievable; ours 30)."""
+    """Discriminator epochs E_d (paper: not retrievable; ours 30, quick 60: after 30 epochs the quick
+    discriminators' weights were 0.13-0.20 in mean total variation from the true-density weights on seeds
+    0-4, across the 0.15 bar on four of them, on both CPU paths; after 60, 0.022-0.028)."""
     disc_weight_decay: float
     """Discriminator weight decay (paper: not retrievable; ours 1e-3)."""
     distill_steps: int
@@ -117,7 +119,7 @@ QUICK = Setting(
     hidden=32,
     disc_hidden=32,
     epochs=40,
-    disc_epochs=30,
+    disc_epochs=60,
     disc_weight_decay=1e-3,
     distill_steps=300,
 )
