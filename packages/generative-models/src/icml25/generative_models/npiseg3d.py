@@ -66,7 +66,6 @@ __all__ = [
 
 
 # ------------------------------------------------------------------------------------------ validation
-# ------------------------------------------------------------------------------------------ validation
 def _as_tensor(x: object) -> object:
     """A numpy array, list or tuple as a tensor (the heads take either); anything else unchanged, for
     :func:`~icml25.kernels.checks.check_tensor` to judge."""

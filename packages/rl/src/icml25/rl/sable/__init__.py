@@ -3,8 +3,8 @@
 Mahjoub et al., ICML 2025 (official JAX code ``instadeepai/Mava``). :class:`SableNet` (encoder–decoder
 retention policy), :class:`PPOTrainer` (PPO with chunkwise training and recurrent acting), the IPPO baseline
 :class:`IPPOPolicy`, the vectorised delayed-cue memory game :class:`DelayedCueEnv`; the PettingZoo
-integration (:class:`DelayedCueParallelEnv`, :class:`ParallelEnvVectorizer`, MPE's :func:`simple_spread`) is imported lazily (extra
-``pettingzoo``).
+integration (:class:`DelayedCueParallelEnv`, :class:`ParallelEnvVectorizer`, MPE's :func:`simple_spread`)
+is imported lazily (extra ``pettingzoo``).
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@ PPO (Schulman et al. 2017) as Sable trains it (Mahjoub et al., ICML 2025; offici
 ``mava/systems/sable/anakin/rec_sable.py``): rollouts of ``rollout_length`` steps from ``n_envs`` parallel
 environments are collected with the recurrent form (hidden states carried across steps and rollouts, reset
 at episode starts); the update re-evaluates each environment's whole rollout with the chunkwise form from
-the hidden state the rollout started with, in an agent order drawn afresh every epoch (``shuffle_agents``). The team reward is every agent's reward; advantages are GAE per
-agent (per-agent values from the encoder) and the clipped ratio is per agent, as in Mava. The IPPO baseline
+the hidden state the rollout started with, in an agent order drawn afresh every epoch (``shuffle_agents``).
+The team reward is every agent's reward; advantages are GAE per agent (per-agent values from the encoder)
+and the clipped ratio is per agent, as in Mava. The IPPO baseline
 (:class:`IPPOPolicy`) is a shared-parameter MLP actor and critic on each agent's current observation.
 
 A vectorised environment has ``n_envs``, ``n_agents``, ``obs_dim``, ``n_actions``, ``reset(seed) -> obs
