@@ -102,7 +102,7 @@ def test_the_lazy_map_covers_all_and_no_name_is_shadowed_by_a_submodule(area: st
 
 # Closures of papers that import their area's common modules, another paper's module (until issue 82 moves
 # it), a subpackage and an optional integration (recorded with the eager roots, before the roots became lazy;
-# P30 and P49 since their shared code moved to generative_models/common).
+# P30 and P49 since their shared code moved to generative_models/common, whose map also names vit_mae).
 CLOSURES = {
     "icml25.rl.experiments.gas": [  # P05
         "icml25.kernels.rng", "icml25.kernels.serialization", "icml25.rl.datasets", "icml25.rl.experiments",
@@ -112,13 +112,15 @@ CLOSURES = {
     "icml25.generative_models.experiments.bilevel_diffusion": [  # P30 (issue 82: common modules, no P49)
         "icml25.generative_models.bilevel", "icml25.generative_models.common",
         "icml25.generative_models.common.metrics", "icml25.generative_models.common.mixtures",
-        "icml25.generative_models.common.schedules", "icml25.generative_models.experiments",
-        "icml25.generative_models.experiments.bilevel_diffusion", "icml25.kernels.optim", "icml25.kernels.rng",
+        "icml25.generative_models.common.schedules", "icml25.generative_models.common.vit_mae",
+        "icml25.generative_models.experiments", "icml25.generative_models.experiments.bilevel_diffusion",
+        "icml25.kernels.optim", "icml25.kernels.rng",
     ],
     "icml25.generative_models.experiments.density_guidance": [  # P49 (issue 82: common modules, no P33)
         "icml25.generative_models.common", "icml25.generative_models.common.metrics",
         "icml25.generative_models.common.mixtures", "icml25.generative_models.common.schedules",
-        "icml25.generative_models.density_guidance", "icml25.generative_models.experiments",
+        "icml25.generative_models.common.vit_mae", "icml25.generative_models.density_guidance",
+        "icml25.generative_models.experiments",
         "icml25.generative_models.experiments.density_guidance", "icml25.kernels.rng",
     ],
     "icml25.federated.experiments.fedceo": [  # P50 (issue 82: the shared server step in federated.aggregation)

@@ -35,6 +35,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from icml25.kernels.checks import check_tensor
+
 __all__ = [
     "LoRALinear",
     "SVDComponentLinear",
@@ -408,15 +410,10 @@ def check_guidance_for_adaptation(model_config: Any, guidance: float | None) -> 
         )
 
 
-def _check_tensor(x: Any, name: str) -> Tensor:
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.dim() < 2 or x.numel() == 0:
+def _check_x0(x: Any, name: str) -> Tensor:
+    x = check_tensor(x, name, non_empty=True)
+    if x.dim() < 2:
         raise ValueError(f"{name} must have shape (N, *event) with N >= 1, got {tuple(x.shape)}")
-    if not x.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
-    if not bool(torch.isfinite(x).all()):
-        raise ValueError(f"{name} must be finite, got NaN or Inf entries (shape {tuple(x.shape)})")
     return x
 
 
@@ -442,7 +439,7 @@ def flow_matching_finetune_step(
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    x0 = _check_tensor(x0, "x0")
+    x0 = _check_x0(x0, "x0")
     config = getattr(model, "config", model)
     check_guidance_for_adaptation(config, guidance)
     n = x0.shape[0]

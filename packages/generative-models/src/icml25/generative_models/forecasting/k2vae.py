@@ -30,7 +30,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from icml25.kernels.checks import check_float, check_int
+from icml25.kernels.checks import check_float, check_int, check_tensor
 from icml25.kernels.rng import isolated_rng, make_generator
 
 __all__ = ["K2VAE", "DifferentiableKalmanFilter", "K2VAEOutput", "KoopmanOperator", "RevIN"]
@@ -43,29 +43,14 @@ def check_series(x: object, name: str, n_vars: int | None = None, length: int | 
     """Validate a ``(B, T, C)`` float tensor: finite, non-empty, ``C == n_vars`` and ``T == length``."""
     if isinstance(x, np.ndarray):
         x = torch.from_numpy(x)
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor of shape (B, T, C), got {type(x).__name__}")
-    if not x.dtype.is_floating_point:
-        raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
-    if x.dim() != 3:
-        raise ValueError(f"{name} must have shape (B, T, C) (3 dims), got shape {tuple(x.shape)}")
-    if x.numel() == 0:
-        raise ValueError(f"{name} must be non-empty, got shape {tuple(x.shape)}")
+    x = check_tensor(x, name, ndim=3, non_empty=True)
     if length is not None and x.shape[1] != length:
         raise ValueError(f"{name} must have {length} time steps (axis 1), got shape {tuple(x.shape)}")
     if n_vars is not None and x.shape[2] != n_vars:
         raise ValueError(f"{name} must have n_vars={n_vars} channels (axis 2), got shape {tuple(x.shape)}")
-    bad = ~torch.isfinite(x)
-    if bad.any():
-        n_nan = int(torch.isnan(x).sum())
-        raise ValueError(
-            f"{name} must be finite; got {n_nan} NaN and {int(bad.sum()) - n_nan} Inf values in a tensor "
-            f"of shape {tuple(x.shape)}"
-        )
-    if float(x.abs().max()) > 1e15:
-        raise ValueError(
-            f"{name} must have |values| <= 1e15 (rescale the series), got max {float(x.abs().max()):g}"
-        )
+    peak = float(x.abs().max())
+    if peak > 1e15:
+        raise ValueError(f"{name} must have |values| <= 1e15 (rescale the series), got max {peak:g}")
     return x
 
 
@@ -190,21 +175,9 @@ class KoopmanOperator(nn.Module):
 
 
 def _check_latents(Z: object, name: str, dim: int, min_len: int = 1) -> torch.Tensor:
-    if not isinstance(Z, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor of shape (B, n, {dim}), got {type(Z).__name__}")
-    if not Z.dtype.is_floating_point:
-        raise TypeError(f"{name} must be a floating-point tensor, got dtype {Z.dtype}")
-    if Z.dim() != 3 or Z.shape[0] == 0 or Z.shape[1] < min_len or Z.shape[2] != dim:
-        raise ValueError(
-            f"{name} must have shape (B >= 1, n >= {min_len}, {dim}), got shape {tuple(Z.shape)}"
-        )
-    bad = ~torch.isfinite(Z)
-    if bad.any():
-        n_nan = int(torch.isnan(Z).sum())
-        raise ValueError(
-            f"{name} must be finite; got {n_nan} NaN and {int(bad.sum()) - n_nan} Inf values in a tensor "
-            f"of shape {tuple(Z.shape)}"
-        )
+    Z = check_tensor(Z, name, shape=(None, None, dim), non_empty=True)
+    if Z.shape[1] < min_len:
+        raise ValueError(f"{name} must have shape (B, n >= {min_len}, {dim}), got shape {tuple(Z.shape)}")
     return Z
 
 

@@ -32,7 +32,8 @@ from icml25.llm_efficiency.aqua_kv.predictors import (
     fit_ridge,
     relative_mse,
 )
-from icml25.llm_efficiency.aqua_kv.rope import cache_kwarg, heads_to_rows, kv_layout, undo_rope
+from icml25.llm_efficiency.aqua_kv.rope import heads_to_rows, kv_layout, undo_rope
+from icml25.llm_efficiency.common.hf_cache import cache_argument
 
 __all__ = ["CalibrationReport", "CapturedKV", "calibrate_predictors", "capture_kv"]
 
@@ -94,7 +95,7 @@ def capture_kv(model: torch.nn.Module, batches: Iterable[torch.Tensor], prefix_s
         # Full-length layers (no config): a sliding-window config (Mistral) would make DynamicCache keep
         # only the last `sliding_window` keys; the model's own mask still applies the window.
         cache = DynamicCache()
-        model(input_ids=batch, use_cache=True, **{cache_kwarg(model): cache})
+        model(input_ids=batch, use_cache=True, **{cache_argument(model): cache})
         per_seq_k = [[] for _ in range(batch.shape[0])]
         per_seq_v = [[] for _ in range(batch.shape[0])]
         for layer in range(layout.num_layers):

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-from icml25.llm_efficiency.aqua_kv.rope import cache_kwarg
+from icml25.llm_efficiency.common.hf_cache import cache_argument
 
 __all__ = ["evaluate_kv_compression", "reconstruction_error"]
 
@@ -23,7 +23,7 @@ __all__ = ["evaluate_kv_compression", "reconstruction_error"]
 def _logits_with_cache(model: torch.nn.Module, ids: torch.Tensor, cache: object, step: int) -> torch.Tensor:
     pieces = []
     for start in range(0, ids.shape[1], step):
-        out = model(input_ids=ids[:, start : start + step], use_cache=True, **{cache_kwarg(model): cache})
+        out = model(input_ids=ids[:, start : start + step], use_cache=True, **{cache_argument(model): cache})
         pieces.append(out.logits.float())
     return torch.cat(pieces, dim=1)
 

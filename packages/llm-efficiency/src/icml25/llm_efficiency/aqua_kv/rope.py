@@ -8,7 +8,6 @@ positions.
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 
 import torch
@@ -108,8 +107,3 @@ def rows_to_heads(x: torch.Tensor, batch: int, heads: int) -> torch.Tensor:
     """Inverse of :func:`heads_to_rows`."""
     bt, c = x.shape
     return x.reshape(batch, bt // batch, heads, c // heads).transpose(1, 2)
-
-
-def cache_kwarg(model: object) -> str:
-    """Name of the forward argument that takes a Cache: ``cache`` (transformers >= 5.2x) or ``past_key_values``."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"

@@ -2,8 +2,9 @@
 
 transformers renamed the cache keyword of a causal LM's ``forward`` (``past_key_values`` → ``cache`` in
 5.2x) and the meaning of ``Cache.crop``'s argument (the length to keep in 4.x, the tokens to remove, as a
-negative number, in 5). PENCIL's generation with reduction (P11) and NTPP's speculative decoding (P24) call
-these instead of either spelling, so one model works with both.
+negative number, in 5). PENCIL's generation with reduction (P11), NTPP's speculative decoding (P24) and
+AQUA-KV's calibration and evaluation passes (P36) call these instead of either spelling, so one model works
+with both.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from icml25.kernels.checks import check_float
+from icml25.kernels.checks import check_float, check_tensor
 from icml25.kernels.rng import make_generator
 
 __all__ = ["augmented_target", "rapid_verify"]
@@ -36,14 +36,9 @@ ALPHA_RANGE = {
 
 
 def _check_logits(x: object, name: str, rows: int | None = None) -> torch.Tensor:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor of logits, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor of logits, got dtype {x.dtype}")
-    if x.ndim != 2:
-        raise ValueError(f"{name} must have shape (positions, vocab), got shape {tuple(x.shape)}")
-    if rows is not None and x.shape[0] != rows:
-        raise ValueError(f"{name} must have {rows} rows, got shape {tuple(x.shape)}")
+    """``x`` if it is a ``(rows, vocab)`` floating tensor of logits: ``-inf`` masks a token, NaN and ``+inf``
+    are errors, and every row keeps a finite entry."""
+    x = check_tensor(x, name, shape=(rows, None), finite=False)
     if x.shape[1] == 0:
         raise ValueError(f"{name} must have a vocabulary of at least one token, got shape {tuple(x.shape)}")
     finite = torch.isfinite(x)
