@@ -381,9 +381,11 @@ class TarFlow(nn.Module):
     # ---- input validation ----------------------------------------------------------------------------
 
     def _check_x(self, x: object, name: str = "x") -> Tensor:
-        x = check_tensor(x, name, shape=(None, self.in_channels, *self.img_size))
-        peak = float(x.detach().abs().amax()) if x.numel() and not self._warned_range else 0.0
-        if peak > _RANGE_WARN_LIMIT:
+        x = check_tensor(x, name, shape=(None, self.in_channels, *self.img_size), finite=False)
+        peak = float(x.detach().abs().amax()) if x.numel() else 0.0  # one reduction: finiteness and range
+        if not math.isfinite(peak):
+            check_tensor(x, name)  # names the NaN and inf counts
+        if peak > _RANGE_WARN_LIMIT and not self._warned_range:
             self._warned_range = True
             warnings.warn(
                 f"{name} has values far outside [-1, 1] (max |x| = {peak:.3g}); TarFlow expects data scaled to "
