@@ -269,7 +269,8 @@ def ledger_counts(papers: list[Paper], ledger: dict[str, dict]) -> str:
 
     return (
         f"From the ledger: **{n('claim', 'claim')} reproduced**, {n('mechanism', 'mechanism')} reproduced "
-        f"(the headline outcome only reported), {n('partial', 'partial implementation')} that pass, "
+        f"(the headline outcome only reported), {n('partial', 'partial implementation')} that "
+        f"{'passes' if counts['partial'] == 1 else 'pass'}, "
         f"{n('miss', 'known miss')}, {n('pending', 'full run')} pending."
     )
 
