@@ -208,7 +208,11 @@ def headroom(train: dict, test: dict) -> tuple[float, float]:
 
 
 def theta_recovery(
-    n: int, seed: int, steps: int = 300, official_gumbel_density: bool = False, lr_x_steps: float = 15.0
+    n: int,
+    seed: int,
+    steps: int = 300,
+    official_gumbel_density: bool = False,
+    lr_x_steps: float = Setting.theta_lr_x_steps,
 ) -> tuple[float, float]:
     """Fitted Gumbel θ of :class:`CopulaJoint` (d = 1, K = 1) on N(0, 1)-margin pairs with θ = 2 and θ = 1
     (``steps`` full-batch Adam steps at lr ``lr_x_steps / steps``)."""
