@@ -20,6 +20,7 @@ from icml25.kernels.checks import (
     check_same_length,
     check_size2d,
     check_tensor,
+    describe,
 )
 
 
@@ -235,3 +236,11 @@ def test_check_sklearn_array_names_the_argument_in_scikit_learns_messages() -> N
         check_sklearn_array(np.array([[np.nan, 1.0]]), "features")
     with pytest.raises(ValueError, match=r"(?s)features: .*0 feature\(s\)"):
         check_sklearn_array(np.ones((3, 0)), "features")
+
+
+def test_describe_says_what_was_given() -> None:
+    assert describe(torch.zeros(2, 3)) == "torch.Tensor of shape (2, 3) and dtype torch.float32"
+    assert describe(np.zeros((4,), dtype=np.int64)) == "numpy.ndarray of shape (4,) and dtype int64"
+    assert describe(3) == "int 3" and describe("x") == "str 'x'"
+    long = describe("a" * 200)
+    assert long.startswith("str 'aaa") and long.endswith("...") and len(long) == len("str ") + 80

@@ -39,6 +39,7 @@ __all__ = [
     "check_size2d",
     "check_sklearn_array",
     "check_tensor",
+    "describe",
 ]
 
 T = TypeVar("T")
@@ -46,8 +47,10 @@ T = TypeVar("T")
 _DTYPE_FAMILIES = ("float", "int", "bool", "complex")
 
 
-def _describe(value: object) -> str:
-    """``type value`` for a scalar, ``type`` plus shape/dtype for an array or tensor."""
+def describe(value: object) -> str:
+    """What an error message says was given: ``type value`` for a scalar (the value cut at 80 characters),
+    the type plus shape and dtype for a tensor or array (``"torch.Tensor of shape (2, 3) and dtype
+    torch.float32"``)."""
     if isinstance(value, torch.Tensor):
         return f"torch.Tensor of shape {tuple(value.shape)} and dtype {value.dtype}"
     if isinstance(value, np.ndarray):
@@ -77,7 +80,7 @@ def check_int(value: object, name: str, *, low: int | None = None, high: int | N
     """
     expected = _range_text("an int", low, high, False, False)
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be {expected}, got {_describe(value)}")
+        raise TypeError(f"{name} must be {expected}, got {describe(value)}")
     v = int(value)
     if (low is not None and v < low) or (high is not None and v > high):
         raise ValueError(f"{name} must be {expected}, got {v}")
@@ -100,7 +103,7 @@ def check_ints(
         or (length is not None and len(value) != length)
         or any(isinstance(v, bool) or not isinstance(v, numbers.Integral) for v in value)
     ):
-        raise TypeError(f"{name} must be {expected}, got {_describe(value)}")
+        raise TypeError(f"{name} must be {expected}, got {describe(value)}")
     return tuple(check_int(v, f"{name}[{i}]", low=low, high=high) for i, v in enumerate(value))
 
 
@@ -119,7 +122,7 @@ def check_size2d(value: object, name: str, *, low: int | None = None) -> tuple[i
         and len(value) == 2
         and all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in value)
     ):
-        raise TypeError(f"{name} must be an int or a (height, width) tuple of ints, got {_describe(value)}")
+        raise TypeError(f"{name} must be an int or a (height, width) tuple of ints, got {describe(value)}")
     height, width = (check_int(v, f"{name}[{i}]", low=low) for i, v in enumerate(value))
     return height, width
 
@@ -149,7 +152,7 @@ def check_float(
         else _range_text("a finite float", lo, hi, low_open or low is None, high_open or high is None)
     )
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be {expected}, got {_describe(value)}")
+        raise TypeError(f"{name} must be {expected}, got {describe(value)}")
     v = float(value)
     ok = math.isfinite(v) and (v > lo if low_open else v >= lo) and (v < hi if high_open else v <= hi)
     if not ok:
@@ -254,8 +257,8 @@ def check_tensor(
         ValueError: wrong dimensions, shape or device; empty; non-finite, too-large or non-binary entries.
     """
     if not isinstance(value, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {_describe(value)}")
-    what = _describe(value)
+        raise TypeError(f"{name} must be a torch.Tensor, got {describe(value)}")
+    what = describe(value)
     _check_dtype(value.dtype, dtype, name, "tensor", what)
     _check_shape(tuple(value.shape), shape, ndim, name, what)
     if device is not None and value.device != torch.device(device):
@@ -303,12 +306,12 @@ def check_array(
         ValueError: wrong dimensions or shape, empty, or non-finite entries.
     """
     if isinstance(value, torch.Tensor):
-        raise TypeError(f"{name} must be a numpy array or array-like, got {_describe(value)}")
+        raise TypeError(f"{name} must be a numpy array or array-like, got {describe(value)}")
     try:
         arr = np.asarray(value)
     except (TypeError, ValueError) as err:
-        raise TypeError(f"{name} must be array-like, got {_describe(value)} ({err})") from None
-    what = _describe(arr)
+        raise TypeError(f"{name} must be array-like, got {describe(value)} ({err})") from None
+    what = describe(arr)
     if arr.dtype.kind in "OSUV":
         raise TypeError(f"{name} must be a numeric array, got {what}")
     _check_dtype(arr.dtype, dtype, name, "array", what)

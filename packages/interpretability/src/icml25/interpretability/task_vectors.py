@@ -47,7 +47,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from icml25.kernels.checks import check_tensor
+from icml25.kernels.checks import check_tensor, describe
 
 __all__ = [
     "PatchHandle",
@@ -147,10 +147,6 @@ def _hidden(output: Any) -> Tensor:
     return output[0] if isinstance(output, tuple) else output
 
 
-def _shape(x: Any) -> str:
-    return f"{type(x).__name__} of shape {tuple(x.shape)}" if hasattr(x, "shape") else type(x).__name__
-
-
 def _check_vector(vector: Any, d: int, name: str = "vector") -> Tensor:
     """A finite floating tensor [d] or [B, d] (d: the model's hidden size), not empty."""
     vector = check_tensor(vector, name, ndim=(1, 2), finite=False)
@@ -171,7 +167,7 @@ def _positions(position: Any, B: int, T: int, name: str = "position") -> Tensor:
             raise ValueError(f"{name} must index a sequence of length {T} (in [-{T}, {T})), got {p}")
         return torch.full((B,), p % T, dtype=torch.long)
     if not isinstance(position, Tensor) or position.dtype in (torch.bool,) or position.is_floating_point():
-        raise TypeError(f"{name} must be an int or an integer tensor [B], got {_shape(position)}")
+        raise TypeError(f"{name} must be an int or an integer tensor [B], got {describe(position)}")
     pos = position.reshape(-1).long().cpu()
     if pos.numel() == 1 and B > 1:
         pos = pos.expand(B)
@@ -203,7 +199,7 @@ def find_delimiter_positions(
     ambiguous), and so is a prompt without the delimiter (the error names its index).
     """
     if not isinstance(input_ids, Tensor) or input_ids.is_floating_point() or input_ids.dtype == torch.bool:
-        raise TypeError(f"input_ids must be an integer tensor [B, T] or [T], got {_shape(input_ids)}")
+        raise TypeError(f"input_ids must be an integer tensor [B, T] or [T], got {describe(input_ids)}")
     ids = input_ids[None] if input_ids.ndim == 1 else input_ids
     if ids.ndim != 2 or ids.shape[1] == 0 or ids.shape[0] == 0:
         raise ValueError(
@@ -227,7 +223,7 @@ def find_delimiter_positions(
     else:
         if not isinstance(attention_mask, Tensor) or attention_mask.shape != ids.shape:
             raise ValueError(
-                f"attention_mask must have the shape of input_ids {tuple(ids.shape)}, got {_shape(attention_mask)}"
+                f"attention_mask must have the shape of input_ids {tuple(ids.shape)}, got {describe(attention_mask)}"
             )
         mask = attention_mask.bool()
     n = len(delim)
@@ -365,7 +361,7 @@ def ensemble(*vectors: Tensor, weights: Sequence[float] | None = None) -> Tensor
         raise ValueError("ensemble needs at least one vector")
     for i, v in enumerate(vectors):
         if not isinstance(v, Tensor) or not v.is_floating_point():
-            raise TypeError(f"vectors[{i}] must be a floating torch.Tensor, got {_shape(v)}")
+            raise TypeError(f"vectors[{i}] must be a floating torch.Tensor, got {describe(v)}")
         if v.shape != vectors[0].shape or v.numel() == 0:
             raise ValueError(
                 f"vectors must share one non-empty shape; vectors[0] is {tuple(vectors[0].shape)}, vectors[{i}] is {tuple(v.shape)}"
@@ -450,7 +446,7 @@ def first_token_correct(logits: Tensor, batch: Mapping[str, Any]) -> Tensor:
     labels = batch.get("labels")
     if not isinstance(labels, Tensor) or labels.ndim != 1 or labels.shape[0] != logits.shape[0]:
         raise ValueError(
-            f"batch['labels'] must be a LongTensor [B] with B = {logits.shape[0]}, got {_shape(labels)}"
+            f"batch['labels'] must be a LongTensor [B] with B = {logits.shape[0]}, got {describe(labels)}"
         )
     return logits[:, -1].argmax(-1).cpu() == labels.cpu()
 
@@ -514,7 +510,7 @@ def layer_sweep(
     n, d = len(decoder_layers(model)), _hidden_size(model)
     if not isinstance(vectors, Tensor) or not vectors.is_floating_point():
         raise TypeError(
-            f"vectors must be a floating tensor [L, d] with L = {n}, d = {d}, got {_shape(vectors)}"
+            f"vectors must be a floating tensor [L, d] with L = {n}, d = {d}, got {describe(vectors)}"
         )
     if vectors.shape != (n, d):
         raise ValueError(

@@ -21,17 +21,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from icml25.kernels.checks import check_float, check_int
+from icml25.kernels.checks import check_float, check_int, describe
 from icml25.kernels.rng import isolated_rng, make_generator
 
 __all__ = ["TOY_TASKS", "TOY_VOCAB", "ToyTaskData", "ToyVLM", "bottleneck_mask", "train_toy_vlm"]
 
 _NOT_MODEL_KEYS = ("position", "labels", "entity")
 """Prompt-batch entries that are not model inputs."""
-
-
-def _shape(x: Any) -> str:
-    return f"{type(x).__name__} of shape {tuple(x.shape)}" if hasattr(x, "shape") else type(x).__name__
 
 
 # ------------------------------------------------------------------------------------------ the tasks
@@ -62,11 +58,11 @@ def bottleneck_mask(valid: Tensor, summary: Tensor, bos: Tensor) -> Tensor:
     see only ``bos`` ``[B]``, the summary and each other, so the summary's residual is the only channel from
     the demonstrations to the query. A padding row sees only itself."""
     if not isinstance(valid, Tensor) or valid.dtype != torch.bool or valid.ndim != 2 or 0 in valid.shape:
-        raise TypeError(f"valid must be a non-empty bool tensor [B, T], got {_shape(valid)}")
+        raise TypeError(f"valid must be a non-empty bool tensor [B, T], got {describe(valid)}")
     B, T = valid.shape
     for name, v in (("summary", summary), ("bos", bos)):
         if not isinstance(v, Tensor) or v.is_floating_point() or v.dtype == torch.bool or v.shape != (B,):
-            raise TypeError(f"{name} must be an integer tensor [B] with B = {B}, got {_shape(v)}")
+            raise TypeError(f"{name} must be an integer tensor [B] with B = {B}, got {describe(v)}")
         if bool(((v < 0) | (v >= T)).any()):
             raise ValueError(f"{name} must hold positions in [0, {T}), got {v.tolist()}")
     i = torch.arange(T)
@@ -116,13 +112,13 @@ class ToyVLM(nn.Module):
         attention_mask: Tensor | None = None,
     ) -> Any:
         if not isinstance(input_ids, Tensor) or input_ids.is_floating_point() or input_ids.ndim != 2:
-            raise TypeError(f"input_ids must be an integer tensor [B, T], got {_shape(input_ids)}")
+            raise TypeError(f"input_ids must be an integer tensor [B, T], got {describe(input_ids)}")
         if input_ids.numel() == 0:
             raise ValueError(f"input_ids must hold at least one token, got shape {tuple(input_ids.shape)}")
         if pixel_values is not None:
             if not isinstance(pixel_values, Tensor) or pixel_values.shape != (*input_ids.shape, 64):
                 raise ValueError(
-                    f"pixel_values must have shape [B, T, 64] = {(*input_ids.shape, 64)}, got {_shape(pixel_values)}"
+                    f"pixel_values must have shape [B, T, 64] = {(*input_ids.shape, 64)}, got {describe(pixel_values)}"
                 )
             if not pixel_values.is_floating_point() or not bool(torch.isfinite(pixel_values).all()):
                 raise ValueError(
