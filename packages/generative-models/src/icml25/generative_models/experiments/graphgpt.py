@@ -101,7 +101,7 @@ class Setting:
     pretrain_lr: float = 1e-3
     """SMTP peak learning rate, both optimisers (paper 1e-3 for its small models; ours 1e-3)."""
     finetune_lr: float = 5e-4
-    """Fine-tuning learning rate, both arms (paper 1e-4 at far larger batches; the brief's setting and ours
+    """Fine-tuning learning rate, both arms (paper 1e-4 at far larger batches; the planned setting and ours
     5e-4 at batch 32)."""
     gin_lr: float = 3e-3
     """Adam learning rate of the GIN reference (ours 3e-3; a reference arm, not the paper's)."""

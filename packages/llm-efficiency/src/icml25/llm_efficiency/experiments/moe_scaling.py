@@ -71,8 +71,8 @@ class Setting:
     n_inits: int = 64
     """L-BFGS starts of the fitter (paper/Hoffmann protocol: a grid of starts; ours 64 random)."""
     recovery_draws: int = 10
-    """Independent synthetic draws whose fits test the recovery of α, β and ``c`` (brief: one draw; ours
-    10). One draw decides nothing here: over seeds 0-4 x 10 draws at the brief's setting, c's error ran
+    """Independent synthetic draws whose fits test the recovery of α, β and ``c`` (planned: one draw; ours
+    10). One draw decides nothing here: over seeds 0-4 x 10 draws at the planned setting, c's error ran
     from 0.003 to 0.24 and exceeded 0.05 on 29 of 50 draws, α's exceeded 10% on 8 and β's on 1, so a check
     on one draw passed or failed with the seed. The first draw is the one every other Part A check uses."""
     noise: float = 0.003
