@@ -227,7 +227,7 @@ def test_zero_extent_positions_give_a_finite_result():
 def test_nan_positions_are_rejected():
     pos = _cloud()
     pos[3, 1] = float("nan")
-    with pytest.raises(ValueError, match="pos must be finite; got 1 NaN"):
+    with pytest.raises(ValueError, match=r"pos must be finite .*got 1 NaN"):
         build_dmp_graph(pos, 0.5, 4)
     with pytest.raises(ValueError, match="x must be finite"):
         _model()(pos, _cloud(), 0.5)

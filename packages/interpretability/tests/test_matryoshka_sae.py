@@ -221,12 +221,15 @@ def test_normalizers():
     assert float(sl.transform(X).norm(dim=1).mean()) == pytest.approx(4.0, rel=1e-5)
 
 
-def test_normalizer_not_fitted_is_a_value_error():
-    message = r"^ActivationNormalizer is not fitted: call fit\(\.\.\.\) first$"
+def test_normalizer_not_fitted_is_scikit_learns_not_fitted_error():
+    from sklearn.exceptions import NotFittedError
+
+    message = r"^This ActivationNormalizer instance is not fitted yet \(no mean_, scale_\); call 'fit'"
     for method in ("transform", "inverse_transform"):
-        with pytest.raises(ValueError, match=message):
+        with pytest.raises(NotFittedError, match=message) as err:
             getattr(ActivationNormalizer(), method)(torch.zeros(2, 3))
-    with pytest.raises(ValueError, match=message):
+        assert isinstance(err.value, ValueError)  # what callers caught before
+    with pytest.raises(NotFittedError, match=message):
         to_saelens(TopKSAE(3, 8, k=2, seed=0), normalizer=ActivationNormalizer())
 
 

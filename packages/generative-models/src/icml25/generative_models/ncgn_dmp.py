@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from icml25.kernels.checks import check_int
+from icml25.kernels.checks import check_int, check_tensor
 from icml25.kernels.rng import make_generator
 
 __all__ = [
@@ -63,28 +63,15 @@ _MAX_ABS = 1e12
 
 
 # ------------------------------------------------------------------------------------------ validation
-def _check_tensor(x: Any, name: str, ndim: int, *, floating: bool = True) -> Tensor:
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.dim() != ndim:
-        raise ValueError(f"{name} must have {ndim} dimensions, got shape {tuple(x.shape)}")
-    if floating:
-        if not x.is_floating_point():
-            raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
-        bad = ~torch.isfinite(x)
-        if bool(bad.any()):
-            n_nan = int(torch.isnan(x).sum())
-            raise ValueError(
-                f"{name} must be finite; got {n_nan} NaN and {int(bad.sum()) - n_nan} Inf values in a tensor "
-                f"of shape {tuple(x.shape)}"
-            )
-        if x.numel() and float(x.detach().abs().max()) > _MAX_ABS:
-            raise ValueError(
-                f"{name} must have |values| <= {_MAX_ABS:g} (squared distances and activations stay finite in "
-                f"float32), got max |{name}| = {float(x.detach().abs().max()):.3g}"
-            )
-    if x.numel() == 0:
-        raise ValueError(f"{name} must not be empty, got shape {tuple(x.shape)}")
+def _check_tensor(x: Any, name: str, ndim: int) -> Tensor:
+    x = check_tensor(x, name, ndim=ndim, non_empty=True, finite=False)
+    peak = float(x.detach().abs().max())
+    if not peak <= _MAX_ABS:  # one reduction when valid; NaN and inf fail here and are named below
+        check_tensor(x, name)
+        raise ValueError(
+            f"{name} must have |values| <= {_MAX_ABS:g} (squared distances and activations stay finite in "
+            f"float32), got max |{name}| = {peak:.3g}"
+        )
     return x
 
 

@@ -13,6 +13,8 @@ import math
 
 import torch
 
+from icml25.kernels.checks import check_fitted, check_tensor
+
 METHODS = ("msae", "saelens", "none")
 
 
@@ -31,14 +33,8 @@ class ActivationNormalizer:
 
     def fit(self, X: torch.Tensor) -> ActivationNormalizer:
         """Estimate ``mean_`` [d] and ``scale_`` (float) from X [N, d]."""
-        if not isinstance(X, torch.Tensor) or X.ndim != 2 or X.shape[0] == 0 or not X.is_floating_point():
-            got = tuple(X.shape) if isinstance(X, torch.Tensor) else type(X).__name__
-            raise ValueError(f"X must be a non-empty floating-point tensor [N, d], got {got}")
-        if not bool(torch.isfinite(X).all()):
-            raise ValueError("X must be finite, got NaN/inf entries")
+        X = check_tensor(X, "X", ndim=2, non_empty=True)
         d = X.shape[1]
-        if d == 0:
-            raise ValueError(f"X must have at least one feature column [N, d >= 1], got {tuple(X.shape)}")
         Xd = X.double()
 
         def _ratio(spread: float) -> float:  # zero spread: reported below, not a ZeroDivisionError
@@ -59,8 +55,7 @@ class ActivationNormalizer:
         return self
 
     def _check_fitted(self) -> None:
-        if not hasattr(self, "mean_"):  # a ValueError, like scikit-learn's NotFittedError
-            raise ValueError("ActivationNormalizer is not fitted: call fit(...) first")
+        check_fitted(self, ("mean_", "scale_"))  # scikit-learn's NotFittedError, a ValueError
 
     def transform(self, X: torch.Tensor) -> torch.Tensor:
         """``(X − mean_) · scale_`` for X [..., d]."""
