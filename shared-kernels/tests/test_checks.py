@@ -147,6 +147,24 @@ def test_check_tensor_form_and_messages() -> None:
         check_tensor(x, "x", dtype="floating")
 
 
+def test_check_tensor_max_abs_names_non_finite_entries_as_such_and_keeps_finite_false_semantics() -> None:
+    nan, inf = float("nan"), float("inf")
+    for bad, counts in (
+        ([0.0, nan, inf], "1 NaN and 1 inf"),
+        ([inf, 1.0], "0 NaN and 1 inf"),
+        ([nan], "1 NaN"),
+    ):
+        with pytest.raises(ValueError, match=rf"^x must be finite \(no NaN or inf\), got {counts}"):
+            check_tensor(torch.tensor(bad), "x", max_abs=10)
+    with pytest.raises(ValueError, match=r"^z must be finite"):
+        check_tensor(torch.tensor([1 + 1j, complex(nan, 0)]), "z", dtype="complex", max_abs=10)
+    # finite=False: a NaN entry passes the bound (it is not larger), an infinite one does not
+    check_tensor(torch.tensor([0.0, nan]), "x", finite=False, max_abs=10)
+    with pytest.raises(ValueError, match=r"^x must have entries of magnitude <= 10, got max inf"):
+        check_tensor(torch.tensor([0.0, inf]), "x", finite=False, max_abs=10)
+    assert check_tensor(torch.tensor([-10, 3]), "ids", dtype="int", max_abs=10).dtype == torch.long
+
+
 def test_check_tensor_binary_accepts_boolean_and_0_1_masks_of_any_family_and_names_other_entries() -> None:
     families = ("bool", "int", "float")
     for mask in (torch.tensor([True, False]), torch.tensor([0, 1]), torch.tensor([1.0, 0.0])):
