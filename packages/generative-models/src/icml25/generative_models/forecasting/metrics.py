@@ -17,6 +17,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from icml25.kernels.checks import check_tensor
+
 __all__ = [
     "DEFAULT_QUANTILES",
     "crps_from_samples",
@@ -36,18 +38,7 @@ def _as_tensor(value: object, name: str) -> torch.Tensor:
         value = torch.from_numpy(value)
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor or numpy array, got {type(value).__name__}")
-    if not value.dtype.is_floating_point:
-        raise TypeError(f"{name} must be a real (floating-point) tensor, got dtype {value.dtype}")
-    if value.numel() == 0:
-        raise ValueError(f"{name} must be non-empty, got shape {tuple(value.shape)}")
-    bad = ~torch.isfinite(value)
-    if bad.any():
-        n_nan = int(torch.isnan(value).sum())
-        raise ValueError(
-            f"{name} must be finite; got {n_nan} NaN and {int(bad.sum()) - n_nan} Inf values in a tensor "
-            f"of shape {tuple(value.shape)}"
-        )
-    return value.detach().to(torch.float64)
+    return check_tensor(value, name, non_empty=True).detach().to(torch.float64)
 
 
 def _samples_target(samples: object, y: object) -> tuple[torch.Tensor, torch.Tensor]:

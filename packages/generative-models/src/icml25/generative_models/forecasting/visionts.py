@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from icml25.generative_models.common.vit_mae import load_vit_mae, small_vit_mae
-from icml25.kernels.checks import check_float, check_int
+from icml25.kernels.checks import check_float, check_int, check_tensor
 
 __all__ = [
     "FacebookMAEAdapter",
@@ -173,22 +173,10 @@ def _resize(x: Tensor, size: tuple[int, int], mode: str) -> Tensor:
     return F.interpolate(x, size=size, mode=mode, align_corners=False, antialias=False)
 
 
-def _check_float(name: str, t: Tensor) -> None:
-    if not t.is_floating_point():
-        raise TypeError(f"{name} must be a float tensor, got dtype {t.dtype}")
-    if not torch.isfinite(t).all():
-        raise ValueError(f"{name} must be finite (no NaN/inf)")
-
-
 def series_to_image(x_norm: Tensor, geometry: VisionTSGeometry, channels: int = 3) -> Tensor:
     """Render normalised contexts ``(B, L)`` into images ``(B, channels, S, S)`` (right part zero)."""
     g = geometry
-    if not isinstance(x_norm, Tensor) or x_norm.dim() != 2 or x_norm.shape[1] != g.context_len:
-        got = tuple(x_norm.shape) if isinstance(x_norm, Tensor) else type(x_norm).__name__
-        raise ValueError(f"x_norm must be a (B, {g.context_len}) tensor, got {got}")
-    _check_float("x_norm", x_norm)
-    if x_norm.shape[0] == 0:
-        raise ValueError("x_norm must hold at least one series (B >= 1), got B = 0")
+    x_norm = check_tensor(x_norm, "x_norm", shape=(None, g.context_len), non_empty=True)
     x = F.pad(x_norm[:, None, :], (g.pad_left, 0), mode="replicate")[:, 0] if g.pad_left else x_norm
     grid = x.reshape(x.shape[0], g.n_periods, g.periodicity).transpose(1, 2)  # rows = phase
     img = _resize(grid[:, None], (g.image_size, g.in_width), g.interpolation)
@@ -199,12 +187,7 @@ def series_to_image(x_norm: Tensor, geometry: VisionTSGeometry, channels: int = 
 def image_to_forecast(images: Tensor, geometry: VisionTSGeometry) -> Tensor:
     """Forecast window ``(B, H)`` (normalised units) from full images ``(B, C, S, S)``."""
     g = geometry
-    if not isinstance(images, Tensor) or images.dim() != 4 or images.shape[-2:] != (g.image_size,) * 2:
-        got = tuple(images.shape) if isinstance(images, Tensor) else type(images).__name__
-        raise ValueError(f"images must be (B, C, {g.image_size}, {g.image_size}), got {got}")
-    _check_float("images", images)
-    if images.shape[0] == 0 or images.shape[1] == 0:
-        raise ValueError(f"images must have B, C >= 1, got shape {tuple(images.shape)}")
+    images = check_tensor(images, "images", shape=(None, None, g.image_size, g.image_size), non_empty=True)
     grey = images.mean(1, keepdim=True)
     grid = _resize(grey, (g.periodicity, g.out_width), g.interpolation)[:, 0]
     seq = grid.transpose(1, 2).reshape(grid.shape[0], -1)  # column-major: period by period
