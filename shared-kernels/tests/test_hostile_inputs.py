@@ -474,15 +474,18 @@ def test_registry_covers_public_ops(family: str) -> None:
 def test_quantize_nan_group_is_rejected() -> None:
     x = torch.randn(2, 128)
     x[0, 3] = float("nan")
-    with pytest.raises(ValueError, match=r"x must be finite; got 1 NaN and 0 Inf values .* shape \(2, 128\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"x must be finite \(no NaN or inf\), got 1 NaN and 0 inf values .* shape \(2, 128\)",
+    ):
         qz.quantize(x, 4, 64)
     x[0, 3] = float("inf")
-    with pytest.raises(ValueError, match="x must be finite; got 0 NaN and 1 Inf"):
+    with pytest.raises(ValueError, match=r"x must be finite .*got 0 NaN and 1 inf"):
         qz.quantize(x, 4, 64, backend="triton")  # validated on the host before any launch
 
 
 def test_quantize_range_overflow_is_rejected_and_large_finite_range_is_finite() -> None:
-    with pytest.raises(ValueError, match=r"x must have \|values\| <= .*got max \|x\| = 3e\+38"):
+    with pytest.raises(ValueError, match=r"x must have entries of magnitude <= 8.5\d+e\+37, got max 3e\+38"):
         qz.quantize(torch.tensor([[3e38, -3e38] * 16]), 4, 32)
     x = torch.tensor([[qz.MAX_ABS, -qz.MAX_ABS] * 16])
     for bits in qz.SUPPORTED_BITS:
@@ -517,7 +520,7 @@ def test_negative_a_removed_validation_is_caught(monkeypatch: pytest.MonkeyPatch
     """The suite has teeth: with quantize's finiteness check removed, the contract check fails."""
     spec = REGISTRY["quantization"][0]
     assert spec.name == "quantize"
-    monkeypatch.setattr(qz, "_check_finite_range", lambda name, x: None)
+    monkeypatch.setattr(qz, "check_tensor", lambda x, name, **kwargs: x)  # quantize's only check_tensor call
     with pytest.raises(AssertionError, match=r"x:nan: returned a result without an error"):
         spec.check()
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 
 from icml25.kernels._dispatch import select_backend
+from icml25.kernels.checks import check_tensor
 from icml25.kernels.nn_match.reference import (
     nearest_neighbor_chunked_reference,
     nearest_neighbor_reference,
@@ -44,10 +45,7 @@ METRICS = ("euclidean", "cosine", "dot")
 
 def _check_tokens(name: str, t: object) -> torch.Tensor:
     form = "[..., N, C]"
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor {form}, got {type(t).__name__}")
-    if not t.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor {form}, got dtype {t.dtype}")
+    t = check_tensor(t, name, finite=False)
     if t.ndim < 2:
         raise ValueError(f"{name} must have at least 2 dims {form}, got shape {tuple(t.shape)}")
     if t.shape[-1] == 0:
@@ -58,12 +56,10 @@ def _check_tokens(name: str, t: object) -> torch.Tensor:
 def _check_values(name: str, t: torch.Tensor, metric: str) -> None:
     if not t.numel():
         return
-    if not bool(torch.isfinite(t).all()):
-        n_nan, n_inf = int(torch.isnan(t).sum()), int(torch.isinf(t).sum())
-        raise ValueError(
-            f"{name} must be finite; got {n_nan} NaN and {n_inf} Inf values in a tensor of shape "
-            f"{tuple(t.shape)} (pass check_finite=False to skip this check)"
-        )
+    try:
+        check_tensor(t, name)
+    except ValueError as err:
+        raise ValueError(f"{err} (pass check_finite=False to skip this check)") from None
     if metric != "cosine":
         sq = float(t.double().square().sum(-1).max())
         if not sq < 1e37:  # ‖x‖² and 2⟨x, y⟩ must stay finite in float32

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import torch
 
 from icml25.kernels._dispatch import select_backend
+from icml25.kernels.checks import check_tensor
 from icml25.kernels.quantization import reference as _reference
 from icml25.kernels.quantization.reference import SUPPORTED_BITS, SUPPORTED_DTYPES, SUPPORTED_GROUP_SIZES
 
@@ -73,26 +74,6 @@ def _check_float_tensor(name: str, x: object) -> torch.Tensor:
 # Largest |x| that quantize accepts: a group's range max - min (computed in float32) then stays <= half the
 # float32 range, so scale, the codes and the dequantized values code * scale + zero are all finite.
 MAX_ABS = torch.finfo(torch.float32).max / 4
-
-
-def _check_finite_range(name: str, x: torch.Tensor) -> None:
-    """Reject NaN/Inf and magnitudes above :data:`MAX_ABS` (one reduction and one host sync)."""
-    if x.numel() == 0:
-        return
-    peak = float(x.detach().abs().amax().float())
-    if math.isfinite(peak) and peak <= MAX_ABS:
-        return
-    if not math.isfinite(peak):
-        n_nan = int(torch.isnan(x).sum())
-        n_inf = int(torch.isinf(x).sum())
-        raise ValueError(
-            f"{name} must be finite; got {n_nan} NaN and {n_inf} Inf values in a tensor of shape "
-            f"{tuple(x.shape)} (a non-finite value would turn its whole group into NaN)"
-        )
-    raise ValueError(
-        f"{name} must have |values| <= {MAX_ABS:.4g} (a quarter of the float32 range, so that each group's "
-        f"max - min is representable); got max |{name}| = {peak:.4g}"
-    )
 
 
 @dataclass(frozen=True, eq=False)  # eq on tensors is ambiguous; compare fields explicitly
@@ -233,8 +214,8 @@ def quantize(
         raise ValueError(
             f"x's last dim must be divisible by group_size={group_size}, got shape {tuple(x.shape)}"
         )
-    if check_finite:
-        _check_finite_range("x", x)
+    if check_finite:  # a non-finite value would turn its whole group into NaN; one reduction, one host sync
+        check_tensor(x, "x", dtype=None, max_abs=MAX_ABS)
     if select_backend(x, backend=backend) == "triton":
         from icml25.kernels.quantization import triton as _triton
 
