@@ -48,8 +48,8 @@ from typing import Any, NamedTuple
 import gymnasium as gym
 import numpy as np
 
-from icml25.kernels.checks import check_choice
-from icml25.rl.sf_lsvi._checks import as_float_array, check_float, check_int
+from icml25.kernels.checks import check_choice, check_float, check_int
+from icml25.rl.sf_lsvi._checks import as_float_array
 from icml25.rl.sf_lsvi.mdp import as_policy
 from icml25.rl.sf_lsvi.moments import expansion_tensor, moment_bellman_target, project
 
@@ -159,11 +159,11 @@ def _discrete(space: Any, name: str) -> tuple[int, int]:
             f"{name} must be an int or a gymnasium Discrete space for a tabular agent, got {space}; for "
             "continuous or structured observations use LinearSFLSVI with a feature_fn"
         )
-    return check_int(space, name, minimum=1), 0
+    return check_int(space, name, low=1), 0
 
 
 def _seed(seed: Any) -> int | None:
-    return None if seed is None else check_int(seed, "seed", minimum=0)
+    return None if seed is None else check_int(seed, "seed", low=0)
 
 
 def _greedy(q: np.ndarray) -> np.ndarray:
@@ -178,8 +178,8 @@ class _TabularAgent:
     def __init__(self, n_states: Any, n_actions: Any, H: int, r_max: float, seed: int | None) -> None:
         self.n_states, self._s_start = _discrete(n_states, "n_states")
         self.n_actions, self._a_start = _discrete(n_actions, "n_actions")
-        self.H = check_int(H, "H", minimum=1)
-        self.r_max = check_float(r_max, "r_max", minimum=0.0, strict_min=True)
+        self.H = check_int(H, "H", low=1)
+        self.r_max = check_float(r_max, "r_max", low=0.0, low_open=True)
         self._rng = np.random.default_rng(_seed(seed))
 
     @classmethod
@@ -190,7 +190,7 @@ class _TabularAgent:
         return cls(env.observation_space, env.action_space, H, **kwargs)
 
     def _step_state(self, h: Any, s: Any) -> tuple[int, int]:
-        h = check_int(h, "h", minimum=0)
+        h = check_int(h, "h", low=0)
         if h >= self.H:
             raise ValueError(f"h must be a step in [0, H) = [0, {self.H}), got {h}")
         if isinstance(s, np.ndarray) and s.ndim == 0:
@@ -290,9 +290,9 @@ class TabularSFLSVI(_TabularAgent):
                  pool_steps: bool = True) -> None:  # fmt: skip
         super().__init__(n_states, n_actions, H, r_max, seed)
         self.moment_targets, self.pool_steps = _options(moment_targets, pool_steps)
-        self.n_moments = check_int(n_moments, "n_moments", minimum=1)
-        self.beta = check_float(beta, "beta", minimum=0.0)
-        self.lam = check_float(lam, "lam", minimum=0.0)
+        self.n_moments = check_int(n_moments, "n_moments", low=1)
+        self.beta = check_float(beta, "beta", low=0.0)
+        self.lam = check_float(lam, "lam", low=0.0)
         S, A = self.n_states, self.n_actions
         size = self.H * S * A * (S + 1) * (self.n_moments + 1)
         if size > _MAX_TABLE:
@@ -413,7 +413,7 @@ class EpsilonGreedyQLearning(_TabularAgent):
     def __init__(self, n_states: Any, n_actions: Any, H: int, epsilon: float = 0.1, r_max: float = 1.0,
                  seed: int | None = None) -> None:  # fmt: skip
         super().__init__(n_states, n_actions, H, r_max, seed)
-        self.epsilon = check_float(epsilon, "epsilon", minimum=0.0, maximum=1.0)
+        self.epsilon = check_float(epsilon, "epsilon", low=0.0, high=1.0)
         self.q_ = np.zeros((self.H, self.n_states, self.n_actions))
         self.counts_ = np.zeros_like(self.q_)
 
@@ -466,13 +466,13 @@ class LinearSFLSVI:
                 f"feature_fn must be a callable (state, action) -> [d] array, got {type(feature_fn).__name__}"
             )
         self.feature_fn = feature_fn
-        self.d = check_int(d, "d", minimum=1)
-        self.H = check_int(H, "H", minimum=1)
+        self.d = check_int(d, "d", low=1)
+        self.H = check_int(H, "H", low=1)
         self.n_actions, self._a_start = _discrete(n_actions, "n_actions")
-        self.n_moments = check_int(n_moments, "n_moments", minimum=1)
-        self.beta = check_float(beta, "beta", minimum=0.0)
-        self.lam = check_float(lam, "lam", minimum=0.0, strict_min=True)
-        self.r_max = check_float(r_max, "r_max", minimum=0.0, strict_min=True)
+        self.n_moments = check_int(n_moments, "n_moments", low=1)
+        self.beta = check_float(beta, "beta", low=0.0)
+        self.lam = check_float(lam, "lam", low=0.0, low_open=True)
+        self.r_max = check_float(r_max, "r_max", low=0.0, low_open=True)
         self.moment_targets, self.pool_steps = _options(moment_targets, pool_steps)
         self._rng = np.random.default_rng(_seed(seed))
         self._reset()
@@ -505,7 +505,7 @@ class LinearSFLSVI:
         return np.stack(rows)
 
     def _check_h(self, h: Any) -> int:
-        h = check_int(h, "h", minimum=0)
+        h = check_int(h, "h", low=0)
         if h >= self.H:
             raise ValueError(f"h must be a step in [0, H) = [0, {self.H}), got {h}")
         return h

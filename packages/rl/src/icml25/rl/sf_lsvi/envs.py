@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 
-from icml25.rl.sf_lsvi._checks import check_int
+from icml25.kernels.checks import check_int
 from icml25.rl.sf_lsvi.agents import Transition
 from icml25.rl.sf_lsvi.mdp import TabularMDP
 
@@ -36,7 +36,7 @@ class TabularMDPEnv(gym.Env):
         if not isinstance(mdp, TabularMDP):
             raise TypeError(f"mdp must be a TabularMDP, got {type(mdp).__name__}")
         self.mdp = mdp
-        self.H = mdp.H if H is None else check_int(H, "H", minimum=1)
+        self.H = mdp.H if H is None else check_int(H, "H", low=1)
         self.observation_space = gym.spaces.Discrete(mdp.n_states)
         self.action_space = gym.spaces.Discrete(mdp.n_actions)
         self._state = 0
@@ -75,7 +75,7 @@ def tabular_mdp_from_gym(env: gym.Env, H: int) -> TabularMDP:
             f"env must expose its model as unwrapped.P[s][a] = [(prob, next_state, reward, terminated)] "
             f"(gymnasium toy-text), {type(base).__name__} has none"
         )
-    H = check_int(H, "H", minimum=1)
+    H = check_int(H, "H", low=1)
     S, A = int(obs.n), int(act.n)
     end = S  # absorbing state
     joint: dict[tuple[int, int, int], dict[float, float]] = {}
@@ -119,7 +119,7 @@ def run_episode(env: gym.Env, agent: Any, H: int | None = None, *, seed: int | N
         raise TypeError(f"env must be a gymnasium Env, got {type(env).__name__}")
     if not (callable(getattr(agent, "act", None)) and callable(getattr(agent, "update", None))):
         raise TypeError(f"agent must have act(h, obs) and update(episode), got {type(agent).__name__}")
-    H = check_int(getattr(agent, "H", None) if H is None else H, "H", minimum=1)
+    H = check_int(getattr(agent, "H", None) if H is None else H, "H", low=1)
     obs, _ = env.reset(seed=seed)
     episode: list[Transition] = []
     for h in range(H):

@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from icml25.rl.sf_lsvi._checks import as_float_array, as_int_array, check_distribution, check_float, check_int
+from icml25.kernels.checks import check_float, check_int
+from icml25.rl.sf_lsvi._checks import as_float_array, as_int_array, check_distribution
 from icml25.rl.sf_lsvi.moments import expand
 
 __all__ = [
@@ -89,7 +90,7 @@ class TabularMDP:
         object.__setattr__(self, "reward_values", vals)
         object.__setattr__(self, "reward_probs", probs)
         object.__setattr__(self, "init", init)
-        object.__setattr__(self, "H", check_int(self.H, "H", minimum=1))
+        object.__setattr__(self, "H", check_int(self.H, "H", low=1))
         object.__setattr__(self, "_cdf_next", np.cumsum(P, axis=-1))
         object.__setattr__(self, "_cdf_reward", np.cumsum(probs, axis=-1))
         object.__setattr__(self, "_mean_reward", np.einsum("sap,sapj,sapj->sa", P, probs, vals))
@@ -104,7 +105,7 @@ class TabularMDP:
 
     def reward_moments(self, n_moments: int) -> np.ndarray:
         """``[S, A, S, N]``: ``E[r^n | s, a, s']`` for ``n = 1..N``."""
-        n_moments = check_int(n_moments, "n_moments", minimum=1)
+        n_moments = check_int(n_moments, "n_moments", low=1)
         powers = self.reward_values[..., None] ** np.arange(1, n_moments + 1)
         return np.einsum("xyzj,xyzjn->xyzn", self.reward_probs, powers)
 
@@ -177,7 +178,7 @@ def exact_return_moments(P: Any, R_moments: Any, pi: Any, H: int) -> np.ndarray:
     Returns:
         ``[H, S, A, N]`` float64 moments (``[..., 0]`` is ``Q^pi``).
     """
-    H = check_int(H, "H", minimum=1)
+    H = check_int(H, "H", low=1)
     P = as_transitions(P)
     S, A = P.shape[0], P.shape[1]
     rm = as_float_array(R_moments, "R_moments")
@@ -219,13 +220,13 @@ def optimal_policy(P: Any, mean_reward: Any, H: int, tol: float = 1e-9) -> tuple
     Args:
         P: ``[S, A, S]`` transitions. mean_reward: ``[S, A]`` expected rewards. H: horizon.
     """
-    H = check_int(H, "H", minimum=1)
+    H = check_int(H, "H", low=1)
     P = as_transitions(P)
     S, A = P.shape[0], P.shape[1]
     r = as_float_array(mean_reward, "mean_reward", ndim=2)
     if r.shape != (S, A):
         raise ValueError(f"mean_reward must have shape [S, A] = [{S}, {A}], got {r.shape}")
-    tol = check_float(tol, "tol", minimum=0.0)
+    tol = check_float(tol, "tol", low=0.0)
     q = np.zeros((H, S, A))
     pi = np.zeros((H, S, A))
     v = np.zeros(S)
@@ -249,7 +250,7 @@ def exact_return_pmf(mdp: TabularMDP, pi: Any, resolution: float = 1.0) -> tuple
     """
     if not isinstance(mdp, TabularMDP):
         raise TypeError(f"mdp must be a TabularMDP, got {type(mdp).__name__}")
-    resolution = check_float(resolution, "resolution", minimum=0.0, strict_min=True)
+    resolution = check_float(resolution, "resolution", low=0.0, low_open=True)
     S, A, H = mdp.n_states, mdp.n_actions, mdp.H
     probs = as_policy(pi, H, S, A)
     units = mdp.reward_values / resolution
@@ -300,10 +301,10 @@ def return_quantiles(support: Any, pmf: Any, taus: Any) -> np.ndarray:
 def random_tabular_mdp(n_states: int, n_actions: int, H: int, seed: int = 0) -> TabularMDP:
     """A random MDP: ``P(. | s, a) ~ Dirichlet(1)``, Bernoulli rewards with ``p(s, a) ~ U(0, 1)``, uniform
     initial state."""
-    S = check_int(n_states, "n_states", minimum=1)
-    A = check_int(n_actions, "n_actions", minimum=1)
-    H = check_int(H, "H", minimum=1)
-    rng = np.random.default_rng(check_int(seed, "seed", minimum=0))
+    S = check_int(n_states, "n_states", low=1)
+    A = check_int(n_actions, "n_actions", low=1)
+    H = check_int(H, "H", low=1)
+    rng = np.random.default_rng(check_int(seed, "seed", low=0))
     P = rng.dirichlet(np.ones(S), size=(S, A))
     p = rng.uniform(size=(S, A))
     values = np.broadcast_to(np.array([0.0, 1.0]), (S, A, 2))
@@ -325,9 +326,9 @@ def two_branch_chain(H: int = 8, p_risky: float = 0.3, r_safe: float = 0.5) -> T
     takes the safe branch and continues; the risky branch loses ``(H - 1)(r_safe - p_risky)`` per episode
     (1.4 with the defaults).
     """
-    H = check_int(H, "H", minimum=2)
-    p_risky = check_float(p_risky, "p_risky", minimum=0.0, maximum=1.0)
-    r_safe = check_float(r_safe, "r_safe", minimum=0.0, maximum=1.0)
+    H = check_int(H, "H", low=2)
+    p_risky = check_float(p_risky, "p_risky", low=0.0, high=1.0)
+    r_safe = check_float(r_safe, "r_safe", low=0.0, high=1.0)
     S, A = 8, 2
     P = np.zeros((S, A, S))
     values = np.zeros((S, A, 2))
