@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from icml25.kernels.checks import check_tensor
+
 __all__ = [
     "CONTROL",
     "DECEPTIVE",
@@ -52,22 +54,7 @@ def as_float_tensor(x: Any, name: str, ndim: int | None = None) -> torch.Tensor:
         raise TypeError(f"{name} must hold floating-point activations, got dtype {x.dtype}")
     if x.dtype in _HALF:
         x = x.float()
-    x = x.detach().cpu()
-    if ndim is not None and x.ndim != ndim:
-        raise ValueError(f"{name} must have {ndim} dimensions, got shape {tuple(x.shape)}")
-    check_finite(x, name)
-    return x
-
-
-def check_finite(x: torch.Tensor | np.ndarray, name: str) -> None:
-    """Raise a ValueError naming ``name`` when ``x`` holds NaN or ±Inf."""
-    t = torch.as_tensor(x)
-    if t.is_floating_point() and not bool(torch.isfinite(t).all()):
-        n_nan, n_inf = int(torch.isnan(t).sum()), int(torch.isinf(t).sum())
-        raise ValueError(
-            f"{name} must be finite; got {n_nan} NaN and {n_inf} Inf values in a tensor of shape "
-            f"{tuple(t.shape)}"
-        )
+    return check_tensor(x.detach().cpu(), name, ndim=ndim)
 
 
 def labels_tensor(labels: Any, n: int, name: str = "labels") -> torch.Tensor:

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from icml25.interpretability.deception_probes.data import CONTROL, DECEPTIVE, HONEST, TokenActs
+from icml25.kernels.checks import check_array
 
 __all__ = [
     "AGGREGATIONS",
@@ -37,19 +38,8 @@ def _vector(x: Any, name: str) -> np.ndarray:
             if x.dtype in (torch.float16, torch.bfloat16)
             else x.detach().cpu().numpy()
         )
-    a = np.asarray(x)
-    if a.dtype.kind not in "fiu" or a.dtype == bool:
-        raise TypeError(f"{name} must be a numeric 1-D array, got dtype {a.dtype}")
-    if a.ndim != 1:
-        raise ValueError(f"{name} must be 1-D, got shape {a.shape}")
-    if a.size == 0:
-        raise ValueError(f"{name} must not be empty")
-    a = a.astype(np.float64)
-    if not np.isfinite(a).all():
-        raise ValueError(
-            f"{name} must be finite; got {int(np.isnan(a).sum())} NaN and {int(np.isinf(a).sum())} Inf values"
-        )
-    return a
+    a = check_array(x, name, ndim=1, dtype=("float", "int"), non_empty=True)
+    return a.astype(np.float64)
 
 
 def _check_method(aggregation: Any) -> str:
