@@ -11,7 +11,6 @@ rate matrices and auxiliary trajectories checked against the sensors' noise mode
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -19,7 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from icml25.kernels.checks import check_array, check_tensor
+from icml25.kernels.checks import check_array, check_float, check_tensor
 
 if TYPE_CHECKING:
     from icml25.rl.cdkf_models import Sensor
@@ -71,16 +70,8 @@ def real_scalar(x: object, name: str, *, positive: bool = False, nonneg: bool = 
             x = float(x.detach())
         else:
             raise TypeError(f"{name} must be a real number; got {type(x).__name__}")
-    v = float(x)
-    if not math.isfinite(v):
-        raise ValueError(f"{name} must be finite; got {v}")
-    if abs(v) > MAX_ABS:
-        raise ValueError(f"{name} must be at most {MAX_ABS:g} in magnitude; got {v:.3g}")
-    if positive and v <= 0:
-        raise ValueError(f"{name} must be > 0; got {v}")
-    if nonneg and v < 0:
-        raise ValueError(f"{name} must be >= 0; got {v}")
-    return v
+    low = 0.0 if positive or nonneg else -MAX_ABS
+    return check_float(x, name, low=low, high=MAX_ABS, low_open=positive)
 
 
 def require_covariance(P: torch.Tensor, name: str, *, definite: bool) -> None:

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from icml25.kernels.checks import check_array
 from icml25.kernels.threads import torch_threads
 
 __all__ = [
@@ -132,22 +133,7 @@ def _as_positive(x: Any, name: str, *, allow_zero: bool = False) -> np.ndarray:
     """``x`` as a float64 array whose entries are all finite and > 0 (a clear error otherwise)."""
     if isinstance(x, torch.Tensor):
         x = x.detach().cpu().numpy()
-    if isinstance(x, (bool, np.bool_)) or isinstance(x, str):
-        raise TypeError(f"{name} must be a positive real number or array, got {type(x).__name__}")
-    arr = np.asarray(x)
-    if arr.dtype == object or not (
-        np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)
-    ):
-        raise TypeError(f"{name} must be a real (int or float) number or array, got dtype {arr.dtype}")
-    arr = arr.astype(np.float64)
-    if arr.size == 0:
-        raise ValueError(f"{name} must not be empty, got shape {arr.shape}")
-    bad = ~np.isfinite(arr)
-    if bad.any():
-        raise ValueError(
-            f"{name} must be finite; got {int(np.isnan(arr).sum())} NaN and {int(np.isinf(arr).sum())} Inf "
-            f"values in an array of shape {arr.shape}"
-        )
+    arr = check_array(x, name, dtype=("float", "int"), non_empty=True).astype(np.float64)
     low = arr < 0 if allow_zero else arr <= 0
     if low.any():
         raise ValueError(
