@@ -45,5 +45,9 @@ def test_wav2vec2_frame_features_rejects_bad_waveforms() -> None:
         hf.wav2vec2_frame_features(model, torch.full((1, 1000), float("nan")), 4)
     with pytest.raises(ValueError, match="waveform must hold at least 400 samples"):
         hf.wav2vec2_frame_features(model, torch.zeros(1, 100), 4)
-    with pytest.raises(ValueError, match="n_frames must be a positive int"):
+    with pytest.raises(ValueError, match=r"n_frames must be an int >= 1, got 0"):
         hf.wav2vec2_frame_features(model, torch.zeros(1, 1000), 0)
+    with pytest.raises(TypeError, match="n_frames must be an int"):
+        hf.wav2vec2_frame_features(model, torch.zeros(1, 1000), 4.0)
+    with pytest.raises(ValueError, match=r"waveform must have 1 or 2 dimension"):
+        hf.wav2vec2_frame_features(model, torch.zeros(1, 1, 1000), 4)

@@ -21,6 +21,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "Playmate's wav2vec2 audio features need transformers: pip install 'icml25-generative-models[hf]'"
     ) from exc
 
+from icml25.kernels.checks import check_int, check_tensor
 from icml25.kernels.rng import isolated_rng
 
 __all__ = ["tiny_wav2vec2", "wav2vec2_frame_features"]
@@ -58,20 +59,12 @@ def wav2vec2_frame_features(model: Wav2Vec2Model, waveform: Tensor | np.ndarray,
     """
     if not hasattr(model, "config") or not callable(model):
         raise TypeError(f"model must be a transformers wav2vec2 model, got {type(model).__name__}")
-    if isinstance(n_frames, bool) or not isinstance(n_frames, int) or n_frames < 1:
-        raise ValueError(f"n_frames must be a positive int, got {n_frames!r}")
+    n_frames = check_int(n_frames, "n_frames", low=1)
     if isinstance(waveform, np.ndarray):
         waveform = torch.from_numpy(waveform)
-    if not isinstance(waveform, Tensor):
-        raise TypeError(f"waveform must be a tensor or array, got {type(waveform).__name__}")
-    if not waveform.is_floating_point():
-        raise TypeError(f"waveform must be floating point, got dtype {waveform.dtype}")
+    waveform = check_tensor(waveform, "waveform", ndim=(1, 2), non_empty=True)
     if waveform.ndim == 1:
         waveform = waveform[None]
-    if waveform.ndim != 2 or waveform.numel() == 0:
-        raise ValueError(f"waveform must have shape [B, S] or [S] with S > 0, got {tuple(waveform.shape)}")
-    if not bool(torch.isfinite(waveform).all()):
-        raise ValueError("waveform must be finite; got NaN or Inf samples")
     if waveform.shape[1] < 400:
         raise ValueError(
             f"waveform must hold at least 400 samples (25 ms at 16 kHz), got {waveform.shape[1]}"
