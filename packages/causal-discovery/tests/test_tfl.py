@@ -375,8 +375,10 @@ def test_mrp_bad_inputs_name_the_argument() -> None:
         retrieve_text_prompts(e, torch.randn(5, 3))
     with pytest.raises(ValueError, match="n_prompts must be <= the pool size"):
         retrieve_image_prompts(e, torch.randn(20, 4), n_prompts=50, pool=10)
-    with pytest.raises(TypeError, match=r"image_emb must be a floating-point torch\.Tensor"):
+    with pytest.raises(TypeError, match=r"image_emb must be a torch\.Tensor, got numpy\.ndarray"):
         mrp_features(np.ones((2, 4)), e, torch.randn(1, 4), torch.randn(1, 4))
+    with pytest.raises(TypeError, match=r"image_emb must be a float tensor, got .*torch\.int64"):
+        mrp_features(torch.ones(2, 4, dtype=torch.long), e, torch.randn(1, 4), torch.randn(1, 4))
 
 
 def test_public_names() -> None:

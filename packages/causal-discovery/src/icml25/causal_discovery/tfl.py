@@ -49,6 +49,7 @@ from icml25.kernels.checks import (
     check_float,
     check_int,
     check_sklearn_array,
+    check_tensor,
 )
 from icml25.kernels.rng import isolated_rng, make_generator
 
@@ -194,8 +195,8 @@ def make_tfl(
         Xa = _as_numpy(X, "X")
         if Xa.ndim < 1 or Xa.shape[0] == 0:
             raise ValueError(f"X must be a non-empty array of instances, got shape {Xa.shape}")
-        if Xa.dtype.kind in "fc" and not np.all(np.isfinite(Xa)):
-            raise ValueError(f"X must be finite; got non-finite values in an array of shape {Xa.shape}")
+        if Xa.dtype.kind in "fc":  # instances may be of any dtype (text, objects); numbers must be finite
+            check_array(Xa, "X", dtype=None)
         n = Xa.shape[0]
     else:
         y = _check_labels(oracle, "oracle", None, K)
@@ -248,20 +249,10 @@ def sharpen_prior(prior: torch.Tensor, temperature: float) -> torch.Tensor:
 
 
 def _check_loss_inputs(logits: object, ybar: object, s: object, prior: object) -> tuple:
-    if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
-        raise TypeError(f"logits must be a floating-point torch.Tensor, got {type(logits).__name__}"
-                        + (f" of dtype {logits.dtype}" if isinstance(logits, torch.Tensor) else ""))  # fmt: skip
-    if logits.ndim != 2:
-        raise ValueError(f"logits must have shape (n, K), got {tuple(logits.shape)}")
+    logits = check_tensor(logits, "logits", ndim=2, non_empty=True)
     n, K = logits.shape
     if K < 2:
         raise ValueError(f"logits must have K >= 2 classes (columns), got shape {tuple(logits.shape)}")
-    if n == 0:
-        raise ValueError(f"logits must be non-empty, got shape {tuple(logits.shape)}")
-    if not torch.isfinite(logits).all():
-        raise ValueError(
-            f"logits must be finite; got non-finite values in a tensor of shape {tuple(logits.shape)}"
-        )
     yb = torch.as_tensor(_check_labels(ybar, "ybar", n, K), device=logits.device)
     sb = torch.as_tensor(_check_answers(s, "s", n), device=logits.device)
     if not isinstance(prior, torch.Tensor):
@@ -675,17 +666,9 @@ class PromptImageGenerator(nn.Module):
 
 
 def _check_emb(value: object, name: str, dim: int | None = None, ndim: int = 2) -> torch.Tensor:
-    if not isinstance(value, torch.Tensor) or not value.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point torch.Tensor, got {type(value).__name__}")
-    if value.ndim != ndim or value.numel() == 0:
-        want = "(d,)" if ndim == 1 else "(m, d)"
-        raise ValueError(f"{name} must be a non-empty tensor of shape {want}, got {tuple(value.shape)}")
+    value = check_tensor(value, name, ndim=ndim, non_empty=True)
     if dim is not None and value.shape[-1] != dim:
         raise ValueError(f"{name} must have embedding dimension {dim}, got shape {tuple(value.shape)}")
-    if not torch.isfinite(value).all():
-        raise ValueError(
-            f"{name} must be finite; got non-finite values in a tensor of shape {tuple(value.shape)}"
-        )
     return value
 
 

@@ -260,16 +260,9 @@ def gibbs_tilt_kl_is(scores: Tensor, lam: float) -> Tensor:
     """Self-normalised importance-sampling estimate of ``KL(p_pre e^{s/λ}/Z ‖ p_pre)`` from rewards
     ``s_i = s(x_i)`` of pre-trained samples ``x_i ~ p_pre``: ``Σ w_i s_i/λ - log mean_i e^{s_i/λ}`` with
     ``w ∝ e^{s/λ}`` (a scalar tensor; consistent, but its effective sample size collapses for small λ)."""
-    if not isinstance(scores, Tensor):
-        raise TypeError(f"scores must be a torch.Tensor of shape (N,), got {type(scores).__name__}")
-    if not scores.is_floating_point():
-        raise TypeError(f"scores must be a floating-point tensor, got dtype {scores.dtype}")
-    if scores.dim() != 1 or len(scores) < 2:
+    scores = check_tensor(scores, "scores", ndim=1)
+    if len(scores) < 2:
         raise ValueError(f"scores must have shape (N,) with N >= 2 samples, got {tuple(scores.shape)}")
-    if not bool(torch.isfinite(scores).all()):
-        raise ValueError(
-            f"scores must be finite; got {int((~torch.isfinite(scores)).sum())} non-finite values"
-        )
     lam = check_float(lam, "lam", low=1e-8, high=1e8)
     z = scores.double() / lam
     if float(z.abs().max()) > 1e12:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from icml25.kernels.checks import check_float, check_int
+from icml25.kernels.checks import check_array, check_float, check_int
 from icml25.llm_efficiency.common.retrieval import embedding_scores, words
 
 __all__ = ["Chunk", "bm25_scores", "chunk_text", "retrieve", "select_chunks", "tfidf_scores"]
@@ -184,16 +184,9 @@ def select_chunks(scores: Sequence[float] | np.ndarray, k: int, threshold: float
     """Indices of the kept chunks, **in their original order**: the top ``k`` by score (ties: earlier
     first) with score ``≥ threshold``; when none passes, the single best (official pitfall: never empty).
     ``k`` larger than the number of chunks keeps them all."""
-    raw = np.asarray(scores)
-    if raw.dtype.kind not in "biuf":
-        raise TypeError(f"scores must be real numbers, got an array of dtype {raw.dtype}")
-    s = raw.astype(np.float64)
-    if s.ndim != 1 or s.size == 0:
-        raise ValueError(f"scores must be a non-empty 1-D array, got shape {s.shape}")
-    if not np.isfinite(s).all():
-        raise ValueError(
-            f"scores must be finite; got {int(np.isnan(s).sum())} NaN and {int(np.isinf(s).sum())} Inf"
-        )
+    s = check_array(scores, "scores", ndim=1, dtype=("float", "int", "bool"), non_empty=True).astype(
+        np.float64
+    )
     k = check_int(k, "k", low=1)
     if threshold is not None and (
         isinstance(threshold, bool) or not isinstance(threshold, numbers.Real) or math.isnan(threshold)
