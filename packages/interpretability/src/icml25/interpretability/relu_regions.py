@@ -47,7 +47,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from icml25.kernels.checks import check_float, check_int
+from icml25.kernels.checks import check_float, check_int, check_tensor
 from icml25.kernels.rng import isolated_rng
 
 if TYPE_CHECKING:
@@ -124,8 +124,7 @@ def triangle_wave(u: torch.Tensor, peaks: torch.Tensor) -> torch.Tensor:
         raise ValueError(
             f"peaks must lie strictly inside (0, 1), got {peaks.detach().flatten()[:8].tolist()}"
         )
-    if u.numel() and not bool(torch.isfinite(u).all()):
-        raise ValueError(f"u must be finite; got {int((~torch.isfinite(u)).sum())} non-finite values")
+    check_tensor(u, "u")
     try:
         torch.broadcast_shapes(u.shape, peaks.shape[:-1])
     except RuntimeError:
@@ -260,10 +259,7 @@ class TriangleNet(nn.Module):
             raise TypeError(f"x must be a floating-point tensor of shape (..., 1), got dtype {x.dtype}")
         if x.ndim < 1 or x.shape[-1] != 1:
             raise ValueError(f"x must have shape (..., 1) (one input feature), got {tuple(x.shape)}")
-        if x.numel() and not bool(torch.isfinite(x).all()):
-            raise ValueError(f"x must be finite; got {int((~torch.isfinite(x)).sum())} non-finite values")
-        if x.numel() and float(x.abs().max()) > MAX_ABS:
-            raise ValueError(f"x must have |values| <= {MAX_ABS:g}, got max {float(x.abs().max()):g}")
+        check_tensor(x, "x", max_abs=MAX_ABS)
         lo, hi = self.domain
         if x.numel() and not self._warned and bool(((x < lo) | (x > hi)).any()):
             self._warned = True
@@ -468,8 +464,7 @@ class TriangleActivation(nn.Module):
             )
         if x.ndim < 1 or x.shape[-1] != self.num_features:
             raise ValueError(f"x must have shape (..., {self.num_features}), got {tuple(x.shape)}")
-        if x.numel() and not bool(torch.isfinite(x).all()):
-            raise ValueError(f"x must be finite; got {int((~torch.isfinite(x)).sum())} non-finite values")
+        check_tensor(x, "x")
         lo, hi = self.domain
         u = (x.to(self.peak_logits.dtype) - lo) / (hi - lo)
         a, s = self.peaks(), self.scales()

@@ -26,6 +26,7 @@ from torch import nn
 
 from icml25.interpretability.relu_regions import MAX_ABS, TriangleNet, apply_stack
 from icml25.interpretability.relu_regions_count import count_linear_regions_1d, linear_relu_layers
+from icml25.kernels.checks import check_tensor
 
 __all__ = ["STAGES", "FitResult", "fit_1d"]
 
@@ -47,14 +48,7 @@ def _as_column(x: Any, name: str, dtype: torch.dtype) -> torch.Tensor:
         raise ValueError(f"{name} must have shape (n,) or (n, 1), got {tuple(x.shape)}")
     if x.numel() == 0:
         raise ValueError(f"{name} must hold at least 2 points, got an empty tensor of shape {tuple(x.shape)}")
-    bad = ~torch.isfinite(x)
-    if bool(bad.any()):
-        raise ValueError(f"{name} must be finite; got {int(bad.sum())} non-finite values of {x.numel()}")
-    if float(x.abs().max()) > MAX_ABS:
-        raise ValueError(
-            f"{name} must have |values| <= {MAX_ABS:g} (its squared error would overflow), got max "
-            f"{float(x.abs().max()):g}: rescale the data"
-        )
+    check_tensor(x, name, max_abs=MAX_ABS)  # beyond MAX_ABS the squared error overflows: rescale the data
     return x.detach().to(dtype)
 
 

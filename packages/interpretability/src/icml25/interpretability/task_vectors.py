@@ -281,10 +281,8 @@ def _batch_shape(batch: Mapping[str, Any]) -> tuple[int, int]:
         raise ValueError(
             f"{key} must hold at least one prompt of at least one position, got shape {tuple(x.shape)}"
         )
-    if key == "inputs_embeds" and not bool(torch.isfinite(x).all()):
-        raise ValueError(
-            f"inputs_embeds must be finite; got {int((~torch.isfinite(x)).sum())} non-finite values"
-        )
+    if key == "inputs_embeds":
+        check_tensor(x, key)
     return int(x.shape[0]), int(x.shape[1])
 
 
@@ -366,10 +364,7 @@ def ensemble(*vectors: Tensor, weights: Sequence[float] | None = None) -> Tensor
             raise ValueError(
                 f"vectors must share one non-empty shape; vectors[0] is {tuple(vectors[0].shape)}, vectors[{i}] is {tuple(v.shape)}"
             )
-        if not bool(torch.isfinite(v).all()):
-            raise ValueError(
-                f"vectors[{i}] must be finite; got {int((~torch.isfinite(v)).sum())} non-finite values"
-            )
+        check_tensor(v, f"vectors[{i}]")
     if weights is None:
         w = torch.ones(len(vectors))
     else:
@@ -516,10 +511,7 @@ def layer_sweep(
         raise ValueError(
             f"vectors must have shape [L, d] with L = {n} (one per decoder layer), d = {d}, got {tuple(vectors.shape)}"
         )
-    if not bool(torch.isfinite(vectors).all()):
-        raise ValueError(
-            f"vectors must be finite; got {int((~torch.isfinite(vectors)).sum())} non-finite values"
-        )
+    check_tensor(vectors, "vectors")
     batches = _as_batches(batches)
     return {
         layer: patched_accuracy(model, vectors[layer], layer, batches, position, metric)
