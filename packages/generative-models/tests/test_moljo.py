@@ -263,7 +263,7 @@ def test_bad_atom_count(task, bfn):
 
 
 def test_empty_pocket():
-    with pytest.raises(ValueError, match="pocket coords must be non-empty"):
+    with pytest.raises(ValueError, match="pocket coords must not be empty"):
         Pocket(torch.zeros(0, 3), torch.zeros(0, dtype=torch.long))
 
 

@@ -43,7 +43,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from icml25.kernels.checks import check_choice, check_float
+from icml25.kernels.checks import check_array, check_choice, check_float
 
 __all__ = [
     "Geo2SeqConfig",
@@ -185,17 +185,7 @@ def _positions(pos: object, name: str = "pos", n: int | None = None) -> np.ndarr
     """``pos`` as a finite float64 ``(N, 3)`` array (N >= 1), or a clear error naming ``name``."""
     if hasattr(pos, "detach"):  # a torch tensor
         pos = pos.detach().cpu().numpy()
-    arr = np.asarray(pos)
-    if arr.dtype.kind not in "fiu" or arr.dtype == np.bool_:
-        raise TypeError(f"{name} must be a real (float or int) array of shape (N, 3), got dtype {arr.dtype}")
-    if arr.ndim != 2 or arr.shape[1] != 3 or arr.shape[0] == 0:
-        raise ValueError(f"{name} must have shape (N, 3) with N >= 1, got shape {arr.shape}")
-    arr = arr.astype(np.float64)
-    if not np.isfinite(arr).all():
-        raise ValueError(
-            f"{name} must be finite; got {int(np.isnan(arr).sum())} NaN and {int(np.isinf(arr).sum())} Inf "
-            f"values in an array of shape {arr.shape}"
-        )
+    arr = check_array(pos, name, shape=(None, 3), dtype=("float", "int"), non_empty=True).astype(np.float64)
     if np.abs(arr).max() > _MAX_ABS:
         raise ValueError(
             f"{name} must lie within ±{_MAX_ABS:g} Å, got a coordinate of {np.abs(arr).max():.3g}"

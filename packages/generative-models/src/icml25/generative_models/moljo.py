@@ -42,6 +42,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from icml25.kernels.checks import check_tensor
 from icml25.kernels.rng import isolated_rng, make_generator
 
 __all__ = [
@@ -90,33 +91,15 @@ def _int(name: str, value: object, *, lo: int | None = None, hi: int | None = No
 
 
 def _tensor(name: str, x: object, ndim: int, *, floating: bool = True, last: int | None = None) -> Tensor:
+    """A non-empty ``ndim``-dimensional tensor (``last`` columns if given): finite floats of magnitude
+    <= 1e6 (coordinates in Å and features stay far from float32 overflow), or integers."""
     if isinstance(x, np.ndarray):
         x = torch.from_numpy(x)
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.ndim != ndim:
-        raise ValueError(f"{name} must have {ndim} dimensions, got shape {tuple(x.shape)}")
-    if x.numel() == 0:
-        raise ValueError(f"{name} must be non-empty, got shape {tuple(x.shape)}")
-    if last is not None and x.shape[-1] != last:
-        raise ValueError(f"{name} must have last dimension {last}, got shape {tuple(x.shape)}")
-    if floating:
-        if not x.is_floating_point():
-            raise TypeError(f"{name} must be a floating tensor, got dtype {x.dtype}")
-        bad = ~torch.isfinite(x)
-        if bad.any():
-            n_nan = int(torch.isnan(x).sum())
-            raise ValueError(
-                f"{name} must be finite; got {n_nan} NaN and {int(bad.sum()) - n_nan} Inf values in a tensor "
-                f"of shape {tuple(x.shape)}"
-            )
-        if float(x.abs().max()) > 1e6:
-            raise ValueError(
-                f"{name} must have entries of magnitude <= 1e6, got max |x| = {float(x.abs().max()):g}"
-            )
-    elif x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
-        raise TypeError(f"{name} must be an integer tensor, got dtype {x.dtype}")
-    return x
+    shape = None if last is None else (*([None] * (ndim - 1)), last)
+    return check_tensor(
+        x, name, ndim=ndim, shape=shape, dtype="float" if floating else "int", non_empty=True,
+        max_abs=1e6 if floating else None,
+    )  # fmt: skip
 
 
 def _simplex(name: str, p: Tensor, tol: float = 1e-4) -> Tensor:
