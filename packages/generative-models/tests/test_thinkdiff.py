@@ -215,7 +215,7 @@ def test_t5_without_a_decoder_is_a_type_error() -> None:
 
 def test_empty_generated_sequence_is_a_value_error() -> None:
     al = td.FeatureAligner(8, 16)
-    with pytest.raises(ValueError, match=r"feats must be non-empty, got shape \(3, 0, 8\)"):
+    with pytest.raises(ValueError, match=r"feats must not be empty, got torch.Tensor of shape \(3, 0, 8\)"):
         td.aligner_text_loss(
             al, torch.zeros(3, 0, 8), torch.ones(3, 0), torch.ones(3, 2, dtype=torch.long), _t5()
         )

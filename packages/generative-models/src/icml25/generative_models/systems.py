@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from icml25.kernels.checks import check_float, check_int
+
 __all__ = [
     "KSETDRK4",
     "energy_spectrum",
@@ -23,20 +25,6 @@ __all__ = [
     "lorenz96_simulate",
     "lorenz96_tendency",
 ]
-
-
-def _check_positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return int(value)
-
-
-def _check_positive_float(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)):
-        raise TypeError(f"{name} must be a positive finite float, got {type(value).__name__} {value!r}")
-    if not (value > 0 and np.isfinite(value)):
-        raise ValueError(f"{name} must be a positive finite float, got {value!r}")
-    return float(value)
 
 
 def _check_initial(name: str, value: object, n: int, label: str) -> np.ndarray:
@@ -87,9 +75,9 @@ class KSETDRK4:
     dt: float = 0.05
 
     def __post_init__(self) -> None:
-        _check_positive_float("L", self.L)
-        _check_positive_int("N", self.N)
-        _check_positive_float("dt", self.dt)
+        check_float(self.L, "L", low=0.0, low_open=True)
+        check_int(self.N, "N", low=1)
+        check_float(self.dt, "dt", low=0.0, low_open=True)
         if self.N % 2 or self.N < 4:
             raise ValueError(f"N must be an even int >= 4, got {self.N!r}")
         q = 2.0 * np.pi / self.L * np.arange(self.N // 2 + 1)
@@ -163,13 +151,13 @@ def ks_simulate(
     Returns:
         float32 array of shape ``(n_traj, n_steps, N)``; entry ``[:, 0]`` is the state after spin-up.
     """
-    n_steps = _check_positive_int("n_steps", n_steps)
-    substeps = _check_positive_int("substeps", substeps)
+    n_steps = check_int(n_steps, "n_steps", low=1)
+    substeps = check_int(substeps, "substeps", low=1)
     if isinstance(spinup, bool) or not isinstance(spinup, (int, np.integer)) or spinup < 0:
         raise ValueError(f"spinup must be a non-negative int, got {spinup!r}")
     solver = KSETDRK4(L=L, N=N, dt=dt)
     if u0 is None:
-        n_traj = _check_positive_int("n_traj", n_traj)
+        n_traj = check_int(n_traj, "n_traj", low=1)
         rng = np.random.default_rng(seed)
         # Smooth random start: a few low modes with random phases, zero mean.
         x = np.arange(N) * L / N
@@ -228,10 +216,10 @@ def lorenz96_simulate(
     Returns:
         float32 array of shape ``(n_traj, n_steps, K)``.
     """
-    n_steps = _check_positive_int("n_steps", n_steps)
-    K = _check_positive_int("K", K)
-    substeps = _check_positive_int("substeps", substeps)
-    dt = _check_positive_float("dt", dt)
+    n_steps = check_int(n_steps, "n_steps", low=1)
+    K = check_int(K, "K", low=1)
+    substeps = check_int(substeps, "substeps", low=1)
+    dt = check_float(dt, "dt", low=0.0, low_open=True)
     if (
         isinstance(forcing, bool)
         or not isinstance(forcing, (int, float, np.floating))
@@ -241,7 +229,7 @@ def lorenz96_simulate(
     if K < 4:
         raise ValueError(f"K must be >= 4 for Lorenz-96, got {K}")
     if x0 is None:
-        n_traj = _check_positive_int("n_traj", n_traj)
+        n_traj = check_int(n_traj, "n_traj", low=1)
         rng = np.random.default_rng(seed)
         x = forcing + rng.normal(scale=1.0, size=(n_traj, K))
     else:

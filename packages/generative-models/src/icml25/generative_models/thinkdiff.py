@@ -40,6 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from icml25.kernels.checks import check_tensor
 from icml25.kernels.rng import isolated_rng, make_generator
 
 __all__ = [
@@ -58,26 +59,7 @@ __all__ = [
 
 # ----------------------------------------------------------------------------------------- validation
 def _float_tensor(name: str, x: object, ndim: int) -> Tensor:
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise TypeError(f"{name} must be a floating tensor, got dtype {x.dtype}")
-    if x.ndim != ndim:
-        raise ValueError(f"{name} must have {ndim} dimensions, got shape {tuple(x.shape)}")
-    if x.numel() == 0:
-        raise ValueError(f"{name} must be non-empty, got shape {tuple(x.shape)}")
-    bad = ~torch.isfinite(x)
-    if bad.any():
-        n_nan = int(torch.isnan(x).sum())
-        raise ValueError(
-            f"{name} must be finite; got {n_nan} NaN and {int(bad.sum()) - n_nan} Inf values in a tensor of "
-            f"shape {tuple(x.shape)}"
-        )
-    if x.abs().max() > 1e15:
-        raise ValueError(
-            f"{name} must be of a representable scale (|x| <= 1e15), got max |x| = {x.abs().max():.3g}"
-        )
-    return x
+    return check_tensor(x, name, ndim=ndim, non_empty=True, max_abs=1e15)  # a representable scale
 
 
 def _mask_tensor(name: str, m: object, shape: tuple[int, ...]) -> Tensor:
