@@ -64,17 +64,7 @@ def _float_tensor(name: str, x: object, ndim: int) -> Tensor:
 
 def _mask_tensor(name: str, m: object, shape: tuple[int, ...]) -> Tensor:
     """A 0/1 mask of ``shape`` (bool or integer, or a float tensor holding only 0 and 1) as a long tensor."""
-    if not isinstance(m, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(m).__name__}")
-    if tuple(m.shape) != shape:
-        raise ValueError(f"{name} must have shape {shape}, got {tuple(m.shape)}")
-    if m.is_complex():
-        raise TypeError(f"{name} must be a bool or integer 0/1 mask, got dtype {m.dtype}")
-    if m.is_floating_point() and not torch.isfinite(m).all():
-        raise ValueError(f"{name} must hold only 0 and 1, got non-finite values")
-    if not ((m == 0) | (m == 1)).all():
-        raise ValueError(f"{name} must hold only 0 and 1, got values {torch.unique(m)[:5].tolist()}")
-    m = m.long()
+    m = check_tensor(m, name, shape=shape, dtype=("bool", "int", "float"), finite=False, binary=True).long()
     if (m.sum(-1) == 0).any():
         rows = torch.nonzero(m.sum(-1) == 0).flatten()[:5].tolist()
         raise ValueError(f"{name} must keep at least one position per row; rows {rows} are all zeros")
