@@ -421,7 +421,8 @@ def test_tsvt_rejects_nan_like_fedceo_smooth() -> None:
     x = torch.randn(3, 4, 2)
     x[0, 1, 1] = float("nan")
     with pytest.raises(
-        ValueError, match=r"x must be finite; got 1 NaN and 0 Inf values .* shape \(3, 4, 2\)"
+        ValueError,
+        match=r"x must be finite \(no NaN or inf\), got 1 NaN and 0 inf values .* shape \(3, 4, 2\)",
     ):
         fd.tsvt(x, 0.1)
     with pytest.raises(ValueError, match="a must be finite"):

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from icml25.kernels.checks import check_tensor
+
 __all__ = [
     "DEFAULT_ORDERS",
     "DPConfig",
@@ -304,11 +306,7 @@ def per_sample_clipped_sum(
         raise ValueError(
             f"x must be a non-empty [B, ...] batch and y [B] (B >= 1), got {tuple(x.shape)} and {tuple(y.shape)}"
         )
-    if not bool(torch.isfinite(x).all()):
-        raise ValueError(
-            f"x must be finite; got {int(torch.isnan(x).sum())} NaN and {int(torch.isinf(x).sum())} Inf values "
-            f"in a tensor of shape {tuple(x.shape)}"
-        )
+    check_tensor(x, "x", dtype=None)
     try:
         sums, norms, _ = _clipped_sum(model, loss_fn, x, y, float(clip), method)
     except (RuntimeError, IndexError) as err:

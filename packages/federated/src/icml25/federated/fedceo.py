@@ -47,6 +47,7 @@ from icml25.federated.aggregation import (
     check_uploads,
     mean_state,
 )
+from icml25.kernels.checks import check_tensor
 
 __all__ = [
     "FedAvgAggregator",
@@ -125,11 +126,10 @@ def tsvt(x: Tensor, tau: float) -> Tensor:
 
 
 def _check_finite(name: str, x: Tensor) -> None:
-    if not bool(torch.isfinite(x).all()):
-        raise ValueError(
-            f"{name} must be finite; got {int(torch.isnan(x).sum())} NaN and {int(torch.isinf(x).sum())} Inf "
-            f"values in a tensor of shape {tuple(x.shape)} (the SVD of a non-finite matrix is undefined)"
-        )
+    try:
+        check_tensor(x, name, dtype=None)
+    except ValueError as err:
+        raise ValueError(f"{err} (the SVD of a non-finite matrix is undefined)") from None
 
 
 def _check_tau(tau: float) -> None:
