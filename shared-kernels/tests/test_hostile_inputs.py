@@ -344,6 +344,38 @@ REGISTRY: dict[str, list[HostileSpec]] = {
                 "x:empty:1": "no sources: an empty [G, 0] result",
             },
         ),
+        HostileSpec(
+            "check_tokens",
+            nnm.check_tokens,
+            {"t": _randn(2, 6, 4), "name": "x"},
+            ("t",),
+            {
+                **{
+                    k: Allow("only the form is checked; check_token_values inspects the values", False)
+                    for k in ("nan", "posinf", "neginf")
+                },
+                "constant": "constant tokens have a valid form",
+                "huge": "only the form is checked; check_token_values bounds the norms",
+                "empty:0": EMPTY_OK,
+                "empty:1": "no tokens: a valid [G, 0, C] form",
+                "extra_dim": "any number of leading dims: [..., N, C]",
+                "missing_dim": "any number of leading dims: [N, C] is valid",
+            },
+        ),
+        HostileSpec(
+            "check_token_values",
+            nnm.check_token_values,
+            {"t": _randn(2, 6, 4), "name": "x", "metric": "euclidean"},
+            ("t",),
+            {
+                "constant": "constant tokens are valid values",
+                "empty:0": EMPTY_OK,
+                "empty:1": EMPTY_OK,
+                "empty:2": "no entries: nothing to reject (the form is check_tokens' job)",
+                "extra_dim": "values only: rows are the last dim, whatever the leading dims",
+                "missing_dim": "values only: rows are the last dim, whatever the leading dims",
+            },
+        ),
     ],
     "token_merge": [
         HostileSpec(

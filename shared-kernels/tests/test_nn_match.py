@@ -12,6 +12,9 @@ from hypothesis import strategies as st
 from icml25.kernels import triton_available
 from icml25.kernels.nn_match import (
     METRICS,
+    SQUARED_NORM_LIMIT,
+    check_token_values,
+    check_tokens,
     nearest_neighbor,
     nearest_neighbor_chunked_reference,
     nearest_neighbor_reference,
@@ -163,3 +166,20 @@ def test_bad_inputs_are_rejected_with_named_arguments():
         nearest_neighbor(x, y.long())
     with pytest.raises(ValueError, match="chunk must be an int >= 1"):
         nearest_neighbor(x, y, chunk=0)
+
+
+def test_token_value_check_bounds_squared_norms_except_for_cosine():
+    # a row of 4 entries of 2e18 has squared norm 1.6e37: over the limit, although every entry is finite
+    big = torch.full((1, 3, 4), 2e18)
+    for metric in ("euclidean", "dot"):
+        with pytest.raises(
+            ValueError, match=rf"t has a squared row norm 1.6e\+37 .* {metric} scores \(limit 1e\+37\)"
+        ):
+            check_token_values(big, "t", metric)
+    check_token_values(big, "t", "cosine")  # rows are normalised first: scale does not matter
+    check_token_values(torch.full((1, 3, 4), 1.5e18), "t")  # 9e36 is under the limit
+    assert SQUARED_NORM_LIMIT == 1e37
+    with pytest.raises(ValueError, match=r"t must be finite .*got 0 NaN and 1 inf.*; skip me$"):
+        check_token_values(torch.tensor([[1.0, float("inf")]]), "t", "cosine", hint="; skip me")
+    with pytest.raises(ValueError, match=r"t must have at least 2 dims \[\.\.\., N, C\]"):
+        check_tokens(torch.ones(3), "t")

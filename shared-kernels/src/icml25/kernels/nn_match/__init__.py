@@ -33,6 +33,9 @@ from icml25.kernels.nn_match.reference import (
 
 __all__ = [
     "METRICS",
+    "SQUARED_NORM_LIMIT",
+    "check_token_values",
+    "check_tokens",
     "nearest_neighbor",
     "nearest_neighbor_chunked_reference",
     "nearest_neighbor_reference",
@@ -43,7 +46,12 @@ METRICS = ("euclidean", "cosine", "dot")
 """Similarity measures of :func:`nearest_neighbor` (``"euclidean"`` is ``−‖x − y‖²``)."""
 
 
-def _check_tokens(name: str, t: object) -> torch.Tensor:
+def check_tokens(t: object, name: str) -> torch.Tensor:
+    """``t`` as a floating-point ``[..., N, C]`` token tensor (``C >= 1``); values are not inspected.
+
+    Raises ``TypeError``/``ValueError`` naming ``name``. The token reducers built on this op
+    (:mod:`icml25.generative_models.asymrnr`) share it, so every entry point states the same form.
+    """
     form = "[..., N, C]"
     t = check_tensor(t, name, finite=False)
     if t.ndim < 2:
@@ -53,19 +61,30 @@ def _check_tokens(name: str, t: object) -> torch.Tensor:
     return t
 
 
-def _check_values(name: str, t: torch.Tensor, metric: str) -> None:
+SQUARED_NORM_LIMIT = 1e37
+"""Largest squared row norm accepted for ``"euclidean"``/``"dot"``: ``‖x‖²`` and ``2⟨x, y⟩`` stay finite in
+float32 (max ≈ 3.4e38)."""
+
+
+def check_token_values(t: torch.Tensor, name: str, metric: str = "euclidean", *, hint: str = "") -> None:
+    """Reject float tokens ``t [..., C]`` (rows along the last dim) whose matches would be silently wrong:
+    NaN/Inf, or (unless ``metric="cosine"``, which normalises rows first) a squared row norm of
+    :data:`SQUARED_NORM_LIMIT` or more. One host sync; the form is :func:`check_tokens`' job.
+
+    ``hint`` is appended to the non-finite message (e.g. how the caller skips the check).
+    """
     if not t.numel():
         return
     try:
         check_tensor(t, name)
     except ValueError as err:
-        raise ValueError(f"{err} (pass check_finite=False to skip this check)") from None
+        raise ValueError(f"{err}{hint}") from None
     if metric != "cosine":
         sq = float(t.double().square().sum(-1).max())
-        if not sq < 1e37:  # ‖x‖² and 2⟨x, y⟩ must stay finite in float32
+        if not sq < SQUARED_NORM_LIMIT:
             raise ValueError(
-                f"{name} has a squared row norm {sq:.3g} that overflows float32 {metric} scores (limit 1e37); "
-                f"rescale the tokens or use metric='cosine'"
+                f"{name} has a squared row norm {sq:.3g} that overflows float32 {metric} scores "
+                f"(limit {SQUARED_NORM_LIMIT:g}); rescale the tokens or use metric='cosine'"
             )
 
 
@@ -93,8 +112,8 @@ def nearest_neighbor(
     Returns:
         ``(similarity [..., Ns] float32, index [..., Ns] int64)``; ties go to the lowest destination index.
     """
-    x = _check_tokens("x", x)
-    y = _check_tokens("y", y)
+    x = check_tokens(x, "x")
+    y = check_tokens(y, "y")
     if metric not in METRICS:
         raise ValueError(f"metric must be one of {METRICS}, got {metric!r}")
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
@@ -109,8 +128,9 @@ def nearest_neighbor(
     if y.device != x.device:
         raise ValueError(f"y must be on the device of x ({x.device}), got {y.device}")
     if check_finite:
-        _check_values("x", x, metric)
-        _check_values("y", y, metric)
+        hint = " (pass check_finite=False to skip this check)"
+        check_token_values(x, "x", metric, hint=hint)
+        check_token_values(y, "y", metric, hint=hint)
     lead, ns, nd, c = x.shape[:-2], x.shape[-2], y.shape[-2], x.shape[-1]
     which = select_backend(x, y, backend=backend)
     if which == "triton" and x.numel() and y.numel():

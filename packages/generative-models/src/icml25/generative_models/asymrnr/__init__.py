@@ -33,8 +33,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from icml25.kernels.checks import check_choice, check_float, check_ints, check_tensor
-from icml25.kernels.nn_match import METRICS, nearest_neighbor
+from icml25.kernels.checks import check_choice, check_float, check_ints
+from icml25.kernels.nn_match import METRICS, check_token_values, check_tokens, nearest_neighbor
 
 __all__ = [
     "FEATURES",
@@ -71,23 +71,8 @@ def _fraction(ratio: object, name: str) -> float:
     return check_float(ratio, name, low=0.0, high=1.0, high_open=True)
 
 
-def _check_finite_tokens(name: str, x: torch.Tensor) -> None:
-    """NaN/Inf, or squared norms that overflow float32 distances, would silently change every match."""
-    if not check_tensor(x, name, dtype=None).numel():
-        return
-    sq = float(x.double().square().sum(-1).max())
-    if not sq < 1e37:
-        raise ValueError(
-            f"{name} has a squared row norm {sq:.3g} that overflows float32 distances (limit 1e37); rescale it"
-        )
-
-
 def _check_tokens(name: str, x: object, n: int) -> torch.Tensor:
-    x = check_tensor(x, name, finite=False)
-    if x.ndim < 2:
-        raise ValueError(f"{name} must have at least 2 dims [..., N, C], got shape {tuple(x.shape)}")
-    if x.shape[-1] == 0:
-        raise ValueError(f"{name} must have at least one feature (C >= 1), got shape {tuple(x.shape)}")
+    x = check_tokens(x, name)
     if x.shape[-2] != n:
         raise ValueError(
             f"{name} has {x.shape[-2]} tokens (dim -2) but the split's grid F*H*W has {n}; slice off the "
@@ -190,7 +175,7 @@ def match_tokens(
         raise TypeError(f"split must be a TokenSplit (spatiotemporal_split), got {type(split).__name__}")
     metric = check_choice(metric, "metric", (*METRICS, "random"))
     x = _check_tokens("x", x, split.n)
-    _check_finite_tokens("x", x)
+    check_token_values(x, "x", "euclidean" if metric == "random" else metric)
     dst = x.index_select(-2, split.dst_idx.to(x.device))
     src = x.index_select(-2, split.src_idx.to(x.device))
     if metric == "random":
@@ -433,7 +418,7 @@ def asymrnr_attention(
         if t.shape[-1] == 0:
             raise ValueError(f"{name} must have a head dim d >= 1, got shape {tuple(t.shape)}")
         if check_finite:
-            _check_finite_tokens(name, t)
+            check_token_values(t, name, hint=" (pass check_finite=False to skip this check)")
     for name, t in (("k", k), ("v", v)):
         if t.shape[:2] != q.shape[:2] or t.shape[-1] != q.shape[-1]:
             raise ValueError(
@@ -648,7 +633,7 @@ class RedundancyRecorder:
             raise ValueError(
                 f"x must hold at least one token sequence with features, got shape {tuple(x.shape)}"
             )
-        _check_finite_tokens("x", x)
+        check_token_values(x, "x")
         split = spatiotemporal_split(grid, self.stride, generator=self.generator, device=x.device)
         m = match_tokens(x.detach().float(), split, "euclidean")
         rel = float((-m.similarity).mean() / x.detach().float().square().sum(-1).mean().clamp_min(1e-30))
