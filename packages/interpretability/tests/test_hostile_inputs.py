@@ -541,6 +541,14 @@ SPECS += [
     HostileSpec(
         "tiny_llama", lambda: ip.tiny_llama(vocab_size=32, n_layers=1, n_heads=2, d_model=16), {}, ()
     ),
+    HostileSpec(
+        "random_llama",
+        lambda vocab_size, hidden_size, n_layers, n_heads: (
+            ip.random_llama(vocab_size, hidden_size, n_layers, n_heads)(torch.tensor([[1, 2, 3]])).logits
+        ),
+        {"vocab_size": 32, "hidden_size": 16, "n_layers": 1, "n_heads": 2},
+        ("vocab_size", "hidden_size", "n_layers", "n_heads"),
+    ),
 ]
 # P42 GridToM: per-head probes and ITI steering
 _P42_RNG = np.random.default_rng(0)

@@ -198,9 +198,9 @@ def test_role_ids_shape_must_match_input_ids() -> None:
 
 
 def test_negative_gap_raises() -> None:
-    with pytest.raises(ValueError, match="gap must be >= 0, got -1"):
+    with pytest.raises(ValueError, match="gap must be an int >= 0, got -1"):
         rs.pft_position_ids(_roles((S, 2), (U, 2)), -1)
-    with pytest.raises(ValueError, match="gap must be >= 0"):
+    with pytest.raises(ValueError, match="gap must be an int >= 0, got -5"):
         rs.PFTCollator(gap=-5, pad_token_id=0)
 
 

@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # the name -> module map of the lazy namespace (icml25.kernel
         random_heads,
         select_heads,
     )
+    from icml25.interpretability.common.llama import random_llama
     from icml25.interpretability.deception_probes import (
         AGGREGATIONS,
         CONTROL,
@@ -369,6 +370,7 @@ __all__ = [  # noqa: RUF022 (grouped by paper)
     "pft_generate",
     "pft_llama",
     "pft_position_ids",
+    "random_llama",
     "role_probe",
     "role_spans",
     "shortcut_suite",

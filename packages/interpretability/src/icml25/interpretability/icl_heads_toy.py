@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from icml25.interpretability.common.llama import random_llama
 from icml25.interpretability.icl_heads_prompts import DEFAULT_TEMPLATE, ICLTask, ICLTemplate
 from icml25.kernels.checks import check_int
 from icml25.kernels.rng import isolated_rng, make_generator
@@ -147,20 +148,12 @@ class TinyICLTransformer(nn.Module):
 def tiny_llama(
     vocab_size: int = 128, n_layers: int = 2, n_heads: int = 4, d_model: int = 64, seed: int = 0
 ) -> nn.Module:
-    """A random-init ``transformers.LlamaForCausalLM`` (eager attention, so attentions are returned), offline.
-
-    Needs the ``[hf]`` extra (transformers, imported here lazily)."""
-    try:
-        from transformers import LlamaConfig, LlamaForCausalLM
-    except ImportError as err:  # pragma: no cover - exercised only without the extra
-        raise ImportError("tiny_llama needs transformers: pip install 'icml25-interpretability[hf]'") from err
-    cfg = LlamaConfig(
-        vocab_size=vocab_size, hidden_size=d_model, intermediate_size=2 * d_model, num_hidden_layers=n_layers,
-        num_attention_heads=n_heads, num_key_value_heads=n_heads, max_position_embeddings=256,
+    """A random-init ``transformers.LlamaForCausalLM`` in eval mode, with eager attention (so attentions are
+    returned), offline (:func:`~icml25.interpretability.common.llama.random_llama`). Needs the ``[hf]`` extra."""
+    model = random_llama(
+        vocab_size, d_model, n_layers, n_heads, seed=seed, hidden_size_name="d_model",
         bos_token_id=0, eos_token_id=1, pad_token_id=1, attn_implementation="eager",
     )  # fmt: skip
-    with isolated_rng(seed):
-        model = LlamaForCausalLM(cfg)
     return model.eval()
 
 

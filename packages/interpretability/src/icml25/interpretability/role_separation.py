@@ -32,7 +32,6 @@ the last system position id.
 from __future__ import annotations
 
 import logging
-import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -42,7 +41,9 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from icml25.kernels.rng import isolated_rng, make_generator
+from icml25.interpretability.common.llama import random_llama
+from icml25.kernels.checks import check_choice, check_float, check_int, check_tensor
+from icml25.kernels.rng import make_generator
 
 __all__ = [
     "ASSISTANT",
@@ -71,7 +72,6 @@ ROLES: dict[str, int] = {"system": SYSTEM, "user": USER, "assistant": ASSISTANT}
 """Role name -> role id used in ``role_ids`` (padding tokens carry ``-1``)."""
 OFFSETS = ("shift", "global")
 _WARNED: set[str] = set()
-_HF_HINT = "pip install 'icml25-interpretability[hf]'"
 
 
 def _warn_once(key: str, msg: str) -> None:
@@ -85,40 +85,19 @@ def _shape(x: Any) -> str:
 
 
 def _int_tensor(x: Any, name: str, ndim: tuple[int, ...] = (1, 2)) -> Tensor:
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{name} must be an integer torch.Tensor, got {type(x).__name__}")
-    if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
-        raise TypeError(f"{name} must be an integer tensor, got dtype {x.dtype}")
-    if x.ndim not in ndim:
-        raise ValueError(f"{name} must have {' or '.join(map(str, ndim))} dims, got shape {tuple(x.shape)}")
-    if x.numel() == 0:
-        raise ValueError(f"{name} must be non-empty, got shape {tuple(x.shape)}")
-    return x
-
-
-def _nonneg_int(v: Any, name: str) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(v).__name__}")
-    if v < 0:
-        raise ValueError(f"{name} must be >= 0, got {v}")
-    return int(v)
+    return check_tensor(x, name, ndim=ndim, dtype="int", non_empty=True)
 
 
 def _mask(attention_mask: Any, like: Tensor) -> Tensor:
     if attention_mask is None:
         return torch.ones_like(like, dtype=torch.bool)
-    if not isinstance(attention_mask, Tensor):
-        raise TypeError(f"attention_mask must be a torch.Tensor, got {type(attention_mask).__name__}")
+    attention_mask = check_tensor(
+        attention_mask, "attention_mask", dtype=("float", "int", "bool"), binary=True
+    )
     if attention_mask.shape != like.shape:
         raise ValueError(
             f"attention_mask must have the shape of role_ids {tuple(like.shape)}, got {tuple(attention_mask.shape)}"
         )
-    if attention_mask.is_floating_point():
-        if not torch.isfinite(attention_mask).all():
-            raise ValueError("attention_mask must be finite 0/1 values")
-    m = attention_mask.to(torch.float64)
-    if not bool(((m == 0) | (m == 1)).all()):
-        raise ValueError("attention_mask must hold only 0 and 1")
     return attention_mask.bool()
 
 
@@ -172,11 +151,9 @@ def pft_position_ids(
             raise ValueError(
                 f"role_ids must have the shape of input_ids {tuple(input_ids.shape)}, got {tuple(r.shape)}"
             )
-    gap = _nonneg_int(gap, "gap")
-    if isinstance(system_role, bool) or not isinstance(system_role, int):
-        raise TypeError(f"system_role must be an int, got {type(system_role).__name__}")
-    if offset not in OFFSETS:
-        raise ValueError(f"offset must be one of {OFFSETS}, got {offset!r}")
+    gap = check_int(gap, "gap", low=0)
+    check_int(system_role, "system_role")
+    check_choice(offset, "offset", OFFSETS)
     m = _mask(attention_mask, r)
     squeeze = r.ndim == 1
     r2, m2 = (r[None], m[None]) if squeeze else (r, m)
@@ -218,10 +195,7 @@ def check_position_range(model: Any, position_ids: Tensor) -> None:
     (a ``wpe`` / ``embed_positions`` / ``position_embeddings`` ``nn.Embedding``, as in GPT-2, OPT, BERT);
     for other (RoPE) models warn (``UserWarning``) when they exceed ``config.max_position_embeddings``,
     the trained context."""
-    if not isinstance(position_ids, Tensor):
-        raise TypeError(f"position_ids must be a torch.Tensor, got {type(position_ids).__name__}")
-    if position_ids.is_floating_point() or position_ids.is_complex() or position_ids.dtype == torch.bool:
-        raise TypeError(f"position_ids must be an integer tensor, got dtype {position_ids.dtype}")
+    check_tensor(position_ids, "position_ids", dtype="int")
     if position_ids.numel() == 0:
         return
     top = int(position_ids.max())
@@ -292,19 +266,17 @@ class PFTCollator:
         allow_reorder: bool = False,
         max_length: int | None = None,
     ) -> None:
-        self.gap = _nonneg_int(gap, "gap")
-        if offset not in OFFSETS:
-            raise ValueError(f"offset must be one of {OFFSETS}, got {offset!r}")
-        if padding_side not in ("left", "right"):
-            raise ValueError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
+        self.gap = check_int(gap, "gap", low=0)
+        check_choice(offset, "offset", OFFSETS)
+        check_choice(padding_side, "padding_side", ("left", "right"))
         if pad_token_id is None and tokenizer is not None:
             pad_token_id = getattr(tokenizer, "pad_token_id", None)
             if pad_token_id is None:
                 pad_token_id = getattr(tokenizer, "eos_token_id", None)
         if pad_token_id is not None:
-            _nonneg_int(pad_token_id, "pad_token_id")
-        if max_length is not None and _nonneg_int(max_length, "max_length") == 0:
-            raise ValueError("max_length must be >= 1")
+            check_int(pad_token_id, "pad_token_id", low=0)
+        if max_length is not None:
+            check_int(max_length, "max_length", low=1)
         self.tokenizer, self.offset, self.padding_side = tokenizer, offset, padding_side
         self.pad_token_id, self.allow_reorder, self.max_length = pad_token_id, allow_reorder, max_length
 
@@ -463,18 +435,12 @@ def pft_generate(
             f"position_ids must have the shape of input_ids {tuple(ids.shape)}, got {tuple(pos.shape)}"
         )
     mask = _mask(attention_mask, ids).long()
-    n_new = _nonneg_int(max_new_tokens, "max_new_tokens")
-    if (
-        not isinstance(temperature, (int, float))
-        or isinstance(temperature, bool)
-        or not math.isfinite(temperature)
-        or temperature <= 0
-    ):
-        raise ValueError(f"temperature must be a finite float > 0, got {temperature!r}")
-    if top_k is not None and (_nonneg_int(top_k, "top_k") == 0):
-        raise ValueError("top_k must be >= 1 or None")
+    n_new = check_int(max_new_tokens, "max_new_tokens", low=0)
+    check_float(temperature, "temperature", low=0, low_open=True)
+    if top_k is not None:
+        check_int(top_k, "top_k", low=1)
     if eos_token_id is not None:
-        _nonneg_int(eos_token_id, "eos_token_id")
+        check_int(eos_token_id, "eos_token_id", low=0)
     if bool((mask.sum(-1) == 0).any()):
         raise ValueError("attention_mask must keep at least one real token per row")
     check_position_range(model, pos.masked_fill(mask == 0, 0) + n_new)
@@ -564,34 +530,15 @@ def pft_llama(
     rope_theta: float = 10000.0,
     seed: int = 0,
 ) -> nn.Module:
-    """A random-init ``transformers.LlamaForCausalLM`` (RoPE, SwiGLU width ``2 * hidden_size``), offline,
-    with weights from ``seed`` (the global random state is untouched). Needs the ``[hf]`` extra."""
-    for name, v in (("vocab_size", vocab_size), ("hidden_size", hidden_size), ("n_layers", n_layers),
-                    ("n_heads", n_heads), ("max_position_embeddings", max_position_embeddings)):  # fmt: skip
-        if _nonneg_int(v, name) == 0:
-            raise ValueError(f"{name} must be >= 1, got {v}")
-    if hidden_size % n_heads or (hidden_size // n_heads) % 2:
-        raise ValueError(f"hidden_size must be a multiple of 2 * n_heads={2 * n_heads}, got {hidden_size}")
-    if (
-        not isinstance(rope_theta, (int, float))
-        or isinstance(rope_theta, bool)
-        or not math.isfinite(rope_theta)
-        or rope_theta <= 1
-    ):
-        raise ValueError(f"rope_theta must be a finite float > 1, got {rope_theta!r}")
-    try:
-        from transformers import LlamaConfig, LlamaForCausalLM
-    except ImportError as err:  # pragma: no cover - exercised only without the extra
-        raise ImportError(f"pft_llama needs transformers: {_HF_HINT}") from err
-    cfg = LlamaConfig(
-        vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=2 * hidden_size,
-        num_hidden_layers=n_layers, num_attention_heads=n_heads, num_key_value_heads=n_heads,
-        max_position_embeddings=max_position_embeddings, rope_theta=float(rope_theta),
-        bos_token_id=None, eos_token_id=None, pad_token_id=0, tie_word_embeddings=False,
+    """A random-init ``transformers.LlamaForCausalLM`` (RoPE, SwiGLU width ``2 * hidden_size``; no BOS/EOS,
+    untied embeddings), offline, with weights from ``seed`` (the global random state is untouched;
+    :func:`~icml25.interpretability.common.llama.random_llama`). Needs the ``[hf]`` extra."""
+    rope_theta = check_float(rope_theta, "rope_theta", low=1, low_open=True)
+    return random_llama(
+        vocab_size, hidden_size, n_layers, n_heads, max_position_embeddings=max_position_embeddings,
+        seed=seed, rope_theta=rope_theta, bos_token_id=None, eos_token_id=None, pad_token_id=0,
+        tie_word_embeddings=False,
     )  # fmt: skip
-    with isolated_rng(seed):
-        model = LlamaForCausalLM(cfg)
-    return model
 
 
 # ------------------------------------------------------------------------------------------ synthetic
@@ -679,9 +626,8 @@ class RoleTask:
             )
         if ulo < 1:
             raise ValueError(f"user_len must be >= 1, got {self.user_len}")
-        if not isinstance(self.p_inject, (int, float)) or not 0 <= self.p_inject <= 1:
-            raise ValueError(f"p_inject must be in [0, 1], got {self.p_inject!r}")
-        _nonneg_int(self.inject_min_index, "inject_min_index")
+        check_float(self.p_inject, "p_inject", low=0, high=1)
+        check_int(self.inject_min_index, "inject_min_index", low=0)
         for name in ("injected_ops", "system_ops"):
             ops = getattr(self, name)
             if not ops or any(o not in OPS.values() for o in ops):
@@ -712,9 +658,7 @@ class RoleTask:
         self, n: int, seed: int | None = None, generator: torch.Generator | None = None
     ) -> list[list[dict]]:
         """``n`` conversations ``[{"role", "content": token ids}, ...]`` for :class:`PFTCollator`."""
-        n = _nonneg_int(n, "n")
-        if n == 0:
-            raise ValueError("n must be >= 1")
+        n = check_int(n, "n", low=1)
         g = make_generator(seed, generator)
 
         def ri(lo: int, hi: int) -> int:
@@ -810,11 +754,10 @@ def train_role_model(
     _check_model(model)
     if not isinstance(task, RoleTask):
         raise TypeError(f"task must be a RoleTask, got {type(task).__name__}")
-    _nonneg_int(gap, "gap")
-    if _nonneg_int(steps, "steps") == 0 or _nonneg_int(batch_size, "batch_size") == 0:
-        raise ValueError(f"steps and batch_size must be >= 1, got {steps}, {batch_size}")
-    if not isinstance(lr, (int, float)) or isinstance(lr, bool) or not math.isfinite(lr) or lr <= 0:
-        raise ValueError(f"lr must be a finite float > 0, got {lr!r}")
+    check_int(gap, "gap", low=0)
+    check_int(steps, "steps", low=1)
+    check_int(batch_size, "batch_size", low=1)
+    check_float(lr, "lr", low=0, low_open=True)
     g = make_generator(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     model.train()
@@ -850,9 +793,9 @@ def answer_accuracy(
     _check_model(model)
     if not isinstance(task, RoleTask):
         raise TypeError(f"task must be a RoleTask, got {type(task).__name__}")
-    _nonneg_int(gap, "gap")
-    if _nonneg_int(n, "n") == 0 or _nonneg_int(batch_size, "batch_size") == 0:
-        raise ValueError(f"n and batch_size must be >= 1, got {n}, {batch_size}")
+    check_int(gap, "gap", low=0)
+    check_int(n, "n", low=1)
+    check_int(batch_size, "batch_size", low=1)
     g = make_generator(seed)
     was = model.training
     model.eval()
@@ -908,10 +851,8 @@ def role_probe(
     _check_batch(batch)
     if "role_ids" not in batch:
         raise ValueError("batch must hold role_ids (a PFTCollator output)")
-    if isinstance(layer, bool) or not isinstance(layer, int):
-        raise TypeError(f"layer must be an int, got {type(layer).__name__}")
-    if not isinstance(test_fraction, float) or not 0 < test_fraction < 1:
-        raise ValueError(f"test_fraction must be a float in (0, 1), got {test_fraction!r}")
+    check_int(layer, "layer")
+    check_float(test_fraction, "test_fraction", low=0, high=1, low_open=True, high_open=True)
     from sklearn.linear_model import LogisticRegression
 
     out = model(

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from icml25.interpretability.common.llama import random_llama
 from icml25.kernels.checks import check_float, check_int, describe
 from icml25.kernels.rng import isolated_rng, make_generator
 
@@ -86,23 +87,13 @@ class ToyVLM(nn.Module):
 
     def __init__(self, n_layers: int = 4, d_model: int = 128, n_heads: int = 4, seed: int = 0) -> None:
         super().__init__()
-        for name, v in (("n_layers", n_layers), ("d_model", d_model), ("n_heads", n_heads)):
-            check_int(v, name, low=1)
-        if d_model % n_heads:
-            raise ValueError(f"d_model must be a multiple of n_heads={n_heads}, got {d_model}")
-        try:
-            from transformers import LlamaConfig, LlamaForCausalLM
-        except ImportError as err:  # pragma: no cover - exercised only without the extra
-            raise ImportError("ToyVLM needs transformers: pip install 'icml25-interpretability[hf]'") from err
-        cfg = LlamaConfig(
-            vocab_size=TOY_VOCAB, hidden_size=d_model, intermediate_size=2 * d_model, num_hidden_layers=n_layers,
-            num_attention_heads=n_heads, num_key_value_heads=n_heads, max_position_embeddings=64,
-            bos_token_id=BOS, eos_token_id=SEP, pad_token_id=PAD, attn_implementation="sdpa",
-        )  # fmt: skip
-        with isolated_rng(seed):
-            self.language_model = LlamaForCausalLM(cfg)
+        with isolated_rng(seed):  # the language model, then the projection, from one seeded stream
+            self.language_model = random_llama(
+                TOY_VOCAB, d_model, n_layers, n_heads, max_position_embeddings=64, seed=None,
+                hidden_size_name="d_model", bos_token_id=BOS, eos_token_id=SEP, pad_token_id=PAD, attn_implementation="sdpa",
+            )  # fmt: skip
             self.image_proj = nn.Linear(64, d_model)
-        self.config = cfg
+        self.config = self.language_model.config
 
     def forward(
         self,
