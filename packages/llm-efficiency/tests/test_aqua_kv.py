@@ -470,7 +470,7 @@ def test_cache_bad_inputs(model) -> None:
     z, q, p = AquaPredictors.zeros(3, C), HiggsQuantizer(2, 16, 64), PassthroughQuantizer()
     with pytest.raises(ValueError, match="Llama/Mistral/Qwen-style RoPE decoder"):
         AquaKVCache(GPT2Config(), z, q, p)
-    with pytest.raises(ValueError, match="buffer_size must be >= 1, got 0"):
+    with pytest.raises(ValueError, match="buffer_size must be an int >= 1, got 0"):
         AquaKVCache(model.config, z, q, p, buffer_size=0)
     with pytest.raises(ValueError, match="no layer-0 policy"):
         AquaKVCache(model.config, z, q)

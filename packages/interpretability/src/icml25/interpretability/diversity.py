@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from icml25.kernels.checks import check_array
+from icml25.kernels.checks import check_array, check_float
 
 __all__ = [
     "APD",
@@ -161,20 +161,10 @@ def distance_matrix(
     if arr.shape[0] < 2:
         raise ValueError(f"X must hold at least 2 points, got a distance matrix of shape {arr.shape}")
     check_array(arr, "X")
-    if not isinstance(tol, (int, float)) or not math.isfinite(tol) or tol < 0:
-        raise ValueError(f"tol must be a finite number >= 0, got {tol!r}")
+    check_float(tol, "tol", low=0)
     if check_metric:
         _check_metric(arr, tol)
     return arr.copy()
-
-
-def _positive(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{name} must be a positive number, got {type(value).__name__}")
-    value = float(value)
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return value
 
 
 def _offdiag(D: np.ndarray) -> np.ndarray:
@@ -254,9 +244,7 @@ class NumDistinct(DiversityMeasure):
     duplicates). Integer-valued, so it jumps when a duplicate is split."""
 
     def __init__(self, tol: float = 0.0) -> None:
-        if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not math.isfinite(tol) or tol < 0:
-            raise ValueError(f"tol must be a finite number >= 0, got {tol!r}")
-        self.tol = float(tol)
+        self.tol = check_float(tol, "tol", low=0)
         self.name = f"NumDistinct(tol={tol:g})"
 
     def from_distances(self, D: np.ndarray) -> float:
@@ -318,7 +306,7 @@ class Circles(DiversityMeasure):
     i.e. a maximum clique of the graph ``D_ij >= t``; exact, NP-hard (``n > max_n`` raises)."""
 
     def __init__(self, t: float, max_n: int = 64) -> None:
-        self.t = _positive(t, "t")
+        self.t = check_float(t, "t", low=0, low_open=True)
         if isinstance(max_n, bool) or not isinstance(max_n, int) or max_n < 2:
             raise ValueError(f"max_n must be an integer >= 2, got {max_n!r}")
         self.max_n = max_n
@@ -333,7 +321,7 @@ class Energy(DiversityMeasure):
     """``Energy(gamma) = -mean_{i<j} D_ij^{-gamma}``; ``-inf`` when two points coincide."""
 
     def __init__(self, gamma: float = 1.0) -> None:
-        self.gamma = _positive(gamma, "gamma")
+        self.gamma = check_float(gamma, "gamma", low=0, low_open=True)
         self.name = f"Energy(gamma={self.gamma:g})"
 
     def from_distances(self, D: np.ndarray) -> float:
@@ -369,7 +357,7 @@ class VendiScore(DiversityMeasure):
     (1 for identical points, ``n`` when ``K = I``)."""
 
     def __init__(self, h: float = 1.0) -> None:
-        self.h = _positive(h, "h")
+        self.h = check_float(h, "h", low=0, low_open=True)
         self.name = f"Vendi(h={self.h:g})"
 
     def from_distances(self, D: np.ndarray) -> float:
@@ -382,7 +370,7 @@ class Magnitude(DiversityMeasure):
     the least-squares weighting gives the magnitude of the distinct points."""
 
     def __init__(self, scale: float = 1.0) -> None:
-        self.scale = _positive(scale, "scale")
+        self.scale = check_float(scale, "scale", low=0, low_open=True)
         self.name = f"Magnitude(s={self.scale:g})"
 
     def from_distances(self, D: np.ndarray) -> float:
@@ -396,7 +384,7 @@ class LogDet(DiversityMeasure):
     positive definite (duplicates)."""
 
     def __init__(self, h: float = 1.0) -> None:
-        self.h = _positive(h, "h")
+        self.h = check_float(h, "h", low=0, low_open=True)
         self.name = f"LogDet(h={self.h:g})"
 
     def from_distances(self, D: np.ndarray) -> float:

@@ -31,13 +31,13 @@ often orders of magnitude larger than content tokens), so any read of the paddin
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 import torch
 
 from icml25.interpretability.deception_probes.data import CONTROL, DECEPTIVE, HONEST, TokenActs
 from icml25.interpretability.deception_probes.scoring import aggregate_token_scores
+from icml25.kernels.checks import check_float, check_int
 
 __all__ = ["DeceptionSimulator"]
 
@@ -46,23 +46,6 @@ _SPLITS = {"train": 0, "eval": 1, "control": 2}
 
 def _unit(x: np.ndarray) -> np.ndarray:
     return x / np.linalg.norm(x)
-
-
-def _nonneg(name: str, value: Any) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or value < 0
-    ):
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-    return float(value)
-
-
-def _int(name: str, value: Any, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-    return int(value)
 
 
 class DeceptionSimulator:
@@ -103,24 +86,25 @@ class DeceptionSimulator:
         tokens: tuple[int, int] = (10, 60),
         signal_frac: tuple[float, float] = (0.6, 1.0),
     ) -> None:
-        self.d = _int("d", d, 4)
-        self.seed = _int("seed", seed, 0)
+        self.d = check_int(d, "d", low=4)
+        self.seed = check_int(seed, "seed", low=0)
         lo, hi = (float(v) for v in eig_range)
         if not (0 < lo <= hi < math.inf):
             raise ValueError(f"eig_range must satisfy 0 < low <= high < inf, got {eig_range!r}")
-        if not (isinstance(top_overlap, (int, float)) and 0 <= top_overlap <= 1):
-            raise ValueError(f"top_overlap must be in [0, 1], got {top_overlap!r}")
-        self.n_top = max(1, self.d // 16) if n_top is None else _int("n_top", n_top, 1)
+        check_float(top_overlap, "top_overlap", low=0, high=1)
+        self.n_top = max(1, self.d // 16) if n_top is None else check_int(n_top, "n_top", low=1)
         if self.n_top >= self.d:
             raise ValueError(f"n_top must be < d = {self.d}, got {self.n_top}")
-        self.rho = _nonneg("rho", rho)
+        self.rho = check_float(rho, "rho", low=0)
         self.signal, self.cue, self.nuisance = (
-            _nonneg(k, v) for k, v in (("signal", signal), ("cue", cue), ("nuisance", nuisance))
+            check_float(v, k, low=0) for k, v in (("signal", signal), ("cue", cue), ("nuisance", nuisance))
         )
         self.context, self.offset, self.pad = (
-            _nonneg(k, v) for k, v in (("context", context), ("offset", offset), ("pad", pad))
+            check_float(v, k, low=0) for k, v in (("context", context), ("offset", offset), ("pad", pad))
         )
-        if len(tokens) != 2 or _int("tokens[0]", tokens[0], 1) > _int("tokens[1]", tokens[1], 1):
+        if len(tokens) != 2 or check_int(tokens[0], "tokens[0]", low=1) > check_int(
+            tokens[1], "tokens[1]", low=1
+        ):
             raise ValueError(f"tokens must be (low, high) with 1 <= low <= high, got {tokens!r}")
         self.tokens = (int(tokens[0]), int(tokens[1]))
         f_lo, f_hi = (float(v) for v in signal_frac)
@@ -164,12 +148,12 @@ class DeceptionSimulator:
         ``cue`` / ``nuisance`` override the simulator's magnitudes for this call only; the random draws do
         not depend on them, so ``sample(..., cue=0)`` is the same data without the cue.
         """
-        n = _int("n", n, 1)
+        n = check_int(n, "n", low=1)
         if split not in _SPLITS:
             raise ValueError(f"split must be one of {sorted(_SPLITS)}, got {split!r}")
-        seed = _int("seed", seed, 0)
-        cue = self.cue if cue is None else _nonneg("cue", cue)
-        nuisance = self.nuisance if nuisance is None else _nonneg("nuisance", nuisance)
+        seed = check_int(seed, "seed", low=0)
+        cue = self.cue if cue is None else check_float(cue, "cue", low=0)
+        nuisance = self.nuisance if nuisance is None else check_float(nuisance, "nuisance", low=0)
         if (cue > 0 and self.cue == 0) or (nuisance > 0 and self.nuisance == 0):
             raise ValueError("cue and nuisance can only be rescaled when the simulator's own value is > 0")
         cue_scale = cue / self.cue if self.cue else 0.0

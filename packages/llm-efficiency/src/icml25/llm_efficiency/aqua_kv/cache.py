@@ -10,7 +10,6 @@ read with their positions, so positions are assumed to be ``0..T-1`` per sequenc
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass, field
 
 import torch
@@ -20,6 +19,7 @@ try:  # the class subclasses transformers' Cache, so this module needs the [hf] 
 except ImportError as err:  # pragma: no cover - exercised only without transformers
     raise ImportError("AquaKVCache needs transformers: pip install 'icml25-llm-efficiency[hf]'") from err
 
+from icml25.kernels.checks import check_int
 from icml25.llm_efficiency.aqua_kv.predictors import AquaCodec, AquaPredictors, Quantizer
 from icml25.llm_efficiency.aqua_kv.quantizers import stored_bits
 from icml25.llm_efficiency.aqua_kv.rope import apply_rope, heads_to_rows, kv_layout, rows_to_heads, undo_rope
@@ -67,14 +67,6 @@ class _Chunk:
     prev: tuple[torch.Tensor, torch.Tensor] | None = None  # reconstruction of the last layer touched
 
 
-def _positive_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if int(value) < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
-
-
 class AquaKVCache(Cache):
     """KV cache storing AQUA-KV codes (quantized inter-layer prediction residuals).
 
@@ -108,8 +100,8 @@ class AquaKVCache(Cache):
             raise TypeError(f"predictors must be AquaPredictors, got {type(predictors).__name__}")
         predictors.check_config(self.layout.num_layers, self.layout.kv_dim)
         self.codec = AquaCodec(predictors, quantizer, first_layer_quantizer)
-        self.prefix_size = _positive_int("prefix_size", prefix_size, 0)
-        self.buffer_size = _positive_int("buffer_size", buffer_size, 1)
+        self.prefix_size = check_int(prefix_size, "prefix_size", low=0)
+        self.buffer_size = check_int(buffer_size, "buffer_size", low=1)
         n = self.layout.num_layers
         super().__init__(layers=[_AquaLayer() for _ in range(n)])
         self._clear()
