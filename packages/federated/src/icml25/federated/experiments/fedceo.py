@@ -343,13 +343,17 @@ def noise_spectral_norm(setting: Setting, dp: DPConfig, data: FederatedData) -> 
     return sigma_u / math.sqrt(setting.clients_per_round) * (math.sqrt(n1) + math.sqrt(n2))
 
 
+def lambda_grid_keys(setting: Setting) -> list[str]:
+    """The names of :func:`lambda_grid`'s entries, in order (no data needed)."""
+    return [f"c{c:g}" for c in setting.c_grid] + ["official"]
+
+
 def lambda_grid(setting: Setting, dp: DPConfig, data: FederatedData) -> dict[str, float]:
     """The λ grid: ``{"c<c>": λ with τ/m = c × noise_spectral_norm at k = 0, ..., "official": λ}``."""
     assert setting.lam is not None
     s_noise = noise_spectral_norm(setting, dp, data)
-    grid = {f"c{c:g}": 1.0 / (2.0 * setting.clients_per_round * c * s_noise) for c in setting.c_grid}
-    grid["official"] = setting.lam
-    return grid
+    lams = [1.0 / (2.0 * setting.clients_per_round * c * s_noise) for c in setting.c_grid] + [setting.lam]
+    return dict(zip(lambda_grid_keys(setting), lams, strict=True))
 
 
 def run_methods(
@@ -531,7 +535,7 @@ def _figure_full(
     for ax, sigma in zip(axes, setting.sigmas):
         k = _key(sigma)
         curve(ax, "udp_fedavg", sigma, "UDP-FedAvg")
-        for g in lambda_grid(setting, DPConfig("sample", sigma, setting.clip), load_data(setting, seeds[0])):
+        for g in lambda_grid_keys(setting):  # the names only: the λ values are in m
             chosen = m[f"lambda_{g}_{k}"] == m[f"lambda_selected_{k}"]
             curve(
                 ax,
