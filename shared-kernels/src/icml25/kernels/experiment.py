@@ -44,6 +44,7 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
+from icml25.kernels.checks import check_int
 from icml25.kernels.report import Report, format_value, summary_line
 from icml25.kernels.threads import torch_threads
 
@@ -100,9 +101,7 @@ def seed_everything(seed: int) -> None:
 
     Only experiments call this; library code takes ``seed=`` or ``generator=`` and never touches global state.
     """
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
-    seed = int(seed)
+    seed = check_int(seed, "seed")
     if not 0 <= seed < 2**32:
         raise ValueError(f"seed must be in [0, 2**32), got {seed}")
     random.seed(seed)

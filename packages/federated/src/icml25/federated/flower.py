@@ -50,6 +50,7 @@ from icml25.federated.data import FederatedData
 from icml25.federated.dp import DPConfig, FederatedPrivacyLedger
 from icml25.federated.fedceo import FedCEOAggregator, FedCEOConfig
 from icml25.federated.training import LocalTrainConfig, client_update, evaluate, make_mlp, seed_generator
+from icml25.kernels.checks import check_int
 from icml25.kernels.rng import isolated_rng
 
 __all__ = [
@@ -106,8 +107,7 @@ class AggregatorStrategy(FedAvg):
                 f"initial_state must be a non-empty dict[str, Tensor], got {type(initial_state).__name__}"
             )
         for name, v in (("n_clients", n_clients), ("clients_per_round", clients_per_round)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+            check_int(v, name, low=1)
         if clients_per_round > n_clients:
             raise ValueError(
                 f"clients_per_round must be in [1, n_clients={n_clients}], got {clients_per_round}"
@@ -355,8 +355,7 @@ def make_server_app(strategy: AggregatorStrategy, rounds: int, *, timeout: float
     ``strategy.result``."""
     if not isinstance(strategy, AggregatorStrategy):
         raise TypeError(f"strategy must be an AggregatorStrategy, got {type(strategy).__name__}")
-    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
-        raise ValueError(f"rounds must be an int >= 1, got {rounds!r}")
+    check_int(rounds, "rounds", low=1)
     app = ServerApp()
 
     @app.main()
@@ -399,8 +398,7 @@ def run_flower_simulation(
     Returns:
         The strategy after the run: ``.test_acc`` (per round), ``.epsilon``, ``.aggregator``, ``.result``.
     """
-    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
-        raise ValueError(f"rounds must be an int >= 1, got {rounds!r}")
+    check_int(rounds, "rounds", low=1)
     train = train if train is not None else LocalTrainConfig()
     dp = dp if dp is not None else DPConfig()
     n = len(data.clients)
@@ -449,8 +447,7 @@ def simulate(
     (Ray backend, one CPU per client worker, telemetry off) and check that every round finished."""
     from flwr.simulation import run_simulation
 
-    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
-        raise ValueError(f"rounds must be an int >= 1, got {rounds!r}")
+    check_int(rounds, "rounds", low=1)
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")  # no network calls from the runtime
     # CPU workers: keep Ray's future default (leave accelerator variables alone), which also silences its
     # FutureWarning about the current default.

@@ -31,8 +31,7 @@ def tiny_wav2vec2(hidden_size: int = 32, num_layers: int = 2, *, seed: int = 0) 
     """A small randomly-initialised ``Wav2Vec2Model`` (3 conv layers, stride 5·4·4 = 80 samples = 5 ms at
     16 kHz) built from a config; nothing is downloaded."""
     for name, v in (("hidden_size", hidden_size), ("num_layers", num_layers)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be a positive int, got {v!r}")
+        check_int(v, name, low=1)
     if hidden_size % 4:
         raise ValueError(f"hidden_size must be divisible by 4 attention heads, got {hidden_size}")
     cfg = Wav2Vec2Config(hidden_size=hidden_size, num_hidden_layers=num_layers, num_attention_heads=4,

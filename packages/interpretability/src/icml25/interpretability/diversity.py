@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from icml25.kernels.checks import check_array, check_float
+from icml25.kernels.checks import check_array, check_float, check_int
 
 __all__ = [
     "APD",
@@ -307,9 +307,7 @@ class Circles(DiversityMeasure):
 
     def __init__(self, t: float, max_n: int = 64) -> None:
         self.t = check_float(t, "t", low=0, low_open=True)
-        if isinstance(max_n, bool) or not isinstance(max_n, int) or max_n < 2:
-            raise ValueError(f"max_n must be an integer >= 2, got {max_n!r}")
-        self.max_n = max_n
+        self.max_n = check_int(max_n, "max_n", low=2)
         self.name = f"Circles(t={self.t:g})"
         self.thresholds = (self.t,)
 

@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from icml25.kernels.checks import check_choice, check_float, check_ints
+from icml25.kernels.checks import check_choice, check_float, check_int, check_ints
 from icml25.kernels.nn_match import METRICS, check_token_values, check_tokens, nearest_neighbor
 
 __all__ = [
@@ -323,10 +323,7 @@ class MatchCache:
     """
 
     def __init__(self, cache_steps: int = 5, generator: torch.Generator | None = None) -> None:
-        if isinstance(cache_steps, bool) or not isinstance(cache_steps, int) or cache_steps < 1:
-            raise ValueError(
-                f"cache_steps must be an int >= 1 (steps a matching is reused), got {cache_steps!r}"
-            )
+        check_int(cache_steps, "cache_steps", low=1)  # steps a matching is reused
         self.cache_steps = cache_steps
         self.generator = generator
         self._store: dict[object, tuple[int, TokenSplit, MatchResult]] = {}

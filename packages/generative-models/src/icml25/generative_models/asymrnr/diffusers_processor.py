@@ -37,7 +37,7 @@ from icml25.generative_models.asymrnr import (
     asymrnr_attention,
     warn_stuck_step,
 )
-from icml25.kernels.checks import check_choice, check_ints
+from icml25.kernels.checks import check_choice, check_int, check_ints
 
 __all__ = [
     "AsymRnRProcessor",
@@ -217,8 +217,7 @@ def set_step(transformer: CogVideoXTransformer3DModel, step_index: int) -> None:
     state = getattr(_check_model(transformer), "_asymrnr_state", None)
     if state is None:
         raise ValueError("transformer is not patched: call apply_asymrnr (or calibrate_asymrnr) first")
-    if isinstance(step_index, bool) or not isinstance(step_index, int) or step_index < 0:
-        raise ValueError(f"step_index must be an int >= 0, got {step_index!r}")
+    check_int(step_index, "step_index", low=0)
     state.step, state.step_set = step_index, True
 
 

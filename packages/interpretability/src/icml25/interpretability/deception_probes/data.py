@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from icml25.kernels.checks import check_tensor
+from icml25.kernels.checks import check_int, check_tensor
 
 __all__ = [
     "CONTROL",
@@ -190,8 +190,7 @@ def split_last_words(text: str, n_words: int = 5) -> tuple[str, str]:
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
-    if isinstance(n_words, bool) or not isinstance(n_words, (int, np.integer)) or n_words < 0:
-        raise ValueError(f"n_words must be a non-negative int, got {n_words!r}")
+    n_words = check_int(n_words, "n_words", low=0)
     if n_words == 0:
         return text, ""
     words = text.split(" ")

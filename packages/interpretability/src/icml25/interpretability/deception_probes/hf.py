@@ -39,6 +39,7 @@ from icml25.interpretability.deception_probes.data import (
     detection_mask_from_offsets,
     labels_tensor,
 )
+from icml25.kernels.checks import check_int
 
 __all__ = ["extract_activations", "extract_hidden_states", "format_dialogue", "tokenize_dialogue"]
 
@@ -141,8 +142,7 @@ def _check_layer(model: Any, layer: Any) -> None:
 
 
 def _check_batch_size(batch_size: Any) -> None:
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    check_int(batch_size, "batch_size", low=1)
 
 
 @torch.no_grad()

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from icml25.interpretability.deception_probes.data import CONTROL, DECEPTIVE, HONEST, TokenActs
-from icml25.kernels.checks import check_array
+from icml25.kernels.checks import check_array, check_int
 
 __all__ = [
     "AGGREGATIONS",
@@ -72,8 +72,7 @@ def aggregate_token_scores(
         raise ValueError(f"lengths must be >= 1: dialogue {int(np.argmax(n < 1))} has zero masked tokens")
     if int(n.sum()) != s.size:
         raise ValueError(f"lengths must sum to len(token_scores) = {s.size}, got {int(n.sum())}")
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise ValueError(f"k must be a positive int, got {k!r}")
+    k = check_int(k, "k", low=1)
     if not (isinstance(trim, (int, float)) and 0 <= trim < 0.5):
         raise ValueError(f"trim must be in [0, 0.5), got {trim!r}")
     ends = np.cumsum(n)

@@ -13,7 +13,6 @@ how much of the question they cover).
 from __future__ import annotations
 
 import math
-import numbers
 import re
 from collections.abc import Sequence
 from itertools import combinations
@@ -23,7 +22,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin, clone
 from sklearn.ensemble import HistGradientBoostingClassifier
 from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
-from icml25.kernels.checks import check_fitted, check_float, check_sklearn_array
+from icml25.kernels.checks import check_fitted, check_float, check_int, check_sklearn_array
 from icml25.llm_efficiency.lara.data import CONTEXT_TYPES, LaraItem, canonical_task
 from icml25.llm_efficiency.lara.retrieval import RetrievedChunk, words
 
@@ -93,8 +92,7 @@ def router_features(
         raise ValueError("retrieved must be a non-empty sequence of RetrievedChunk")
     if not all(isinstance(c, RetrievedChunk) for c in retrieved):
         raise TypeError("retrieved must hold RetrievedChunk objects (from HybridRetriever)")
-    if isinstance(n_ctx_tokens, bool) or not isinstance(n_ctx_tokens, numbers.Integral) or n_ctx_tokens < 1:
-        raise ValueError(f"n_ctx_tokens must be an int >= 1, got {n_ctx_tokens!r}")
+    check_int(n_ctx_tokens, "n_ctx_tokens", low=1)
     strength = check_float(model_strength, "model_strength")
     if not 0.0 <= strength <= 1.0:
         raise ValueError(
@@ -143,8 +141,7 @@ def guideline_route(task: str, n_ctx_tokens: int, model_strength: float, *, long
     hallucination detection → RAG; comparison and reasoning → LC; otherwise (location) LC for short contexts
     (``< long_context`` tokens) is no better than RAG, so RAG for cost."""
     task = canonical_task(task)
-    if isinstance(n_ctx_tokens, bool) or not isinstance(n_ctx_tokens, numbers.Integral) or n_ctx_tokens < 1:
-        raise ValueError(f"n_ctx_tokens must be an int >= 1, got {n_ctx_tokens!r}")
+    check_int(n_ctx_tokens, "n_ctx_tokens", low=1)
     strength = check_float(model_strength, "model_strength")
     if strength < strong or task == "hallu":
         return 0
