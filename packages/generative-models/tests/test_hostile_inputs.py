@@ -2153,6 +2153,15 @@ def test_thermalizer_noise_level_on_a_wrongly_shaped_state_names_x() -> None:
         fitted.noise_level(torch.randn(3, 5))
 
 
+@pytest.mark.parametrize("simulate", [gm.ks_simulate, gm.lorenz96_simulate])
+def test_simulators_reject_a_negative_or_fractional_spinup(simulate) -> None:
+    # lorenz96_simulate used to run range(spinup * substeps) unchecked: -1 silently skipped the spin-up
+    with pytest.raises(ValueError, match=r"^spinup must be an int >= 0, got -1$"):
+        simulate(n_steps=2, n_traj=1, spinup=-1)
+    with pytest.raises(TypeError, match=r"^spinup must be an int >= 0, got float 1.5$"):
+        simulate(n_steps=2, n_traj=1, spinup=1.5)
+
+
 @pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf")])
 def test_field_std_must_be_positive_and_finite(bad: float) -> None:
     with pytest.raises(ValueError, match=r"^field_std must be a finite float in \(0.0, inf\)"):

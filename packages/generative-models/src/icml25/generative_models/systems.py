@@ -153,8 +153,7 @@ def ks_simulate(
     """
     n_steps = check_int(n_steps, "n_steps", low=1)
     substeps = check_int(substeps, "substeps", low=1)
-    if isinstance(spinup, bool) or not isinstance(spinup, (int, np.integer)) or spinup < 0:
-        raise ValueError(f"spinup must be a non-negative int, got {spinup!r}")
+    spinup = check_int(spinup, "spinup", low=0)
     solver = KSETDRK4(L=L, N=N, dt=dt)
     if u0 is None:
         n_traj = check_int(n_traj, "n_traj", low=1)
@@ -219,13 +218,9 @@ def lorenz96_simulate(
     n_steps = check_int(n_steps, "n_steps", low=1)
     K = check_int(K, "K", low=1)
     substeps = check_int(substeps, "substeps", low=1)
+    spinup = check_int(spinup, "spinup", low=0)
     dt = check_float(dt, "dt", low=0.0, low_open=True)
-    if (
-        isinstance(forcing, bool)
-        or not isinstance(forcing, (int, float, np.floating))
-        or not np.isfinite(forcing)
-    ):
-        raise ValueError(f"forcing must be a finite float, got {forcing!r}")
+    forcing = check_float(forcing, "forcing")
     if K < 4:
         raise ValueError(f"K must be >= 4 for Lorenz-96, got {K}")
     if x0 is None:
