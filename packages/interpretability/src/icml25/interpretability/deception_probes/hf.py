@@ -141,10 +141,6 @@ def _check_layer(model: Any, layer: Any) -> None:
         raise ValueError(f"layer must be in [0, {n_layers}] (0 = embeddings), got {layer}")
 
 
-def _check_batch_size(batch_size: Any) -> None:
-    check_int(batch_size, "batch_size", low=1)
-
-
 @torch.no_grad()
 def _hidden_on_masks(
     model: Any, encoded: list[tuple[torch.Tensor, torch.Tensor]], layer: int, pad_id: int, batch_size: int
@@ -246,7 +242,7 @@ def extract_hidden_states(
         raise ValueError(f"detection_mask selects zero tokens of sequence {empty[0]}: its mean would be NaN")
     y = labels_tensor(labels, ids.shape[0])
     _check_layer(model, layer)
-    _check_batch_size(batch_size)
+    check_int(batch_size, "batch_size", low=1)
     encoded = [(ids[i, : int(lengths[i])].long(), mask[i, : int(lengths[i])]) for i in range(ids.shape[0])]
     return TokenActs.from_list(_hidden_on_masks(model, encoded, layer, 0, batch_size), y)
 
@@ -279,7 +275,7 @@ def extract_activations(
         raise ValueError("dialogues must be a non-empty list of dialogues")
     y = labels_tensor(labels, len(dialogues))
     _check_layer(model, layer)
-    _check_batch_size(batch_size)
+    check_int(batch_size, "batch_size", low=1)
     encoded = []
     for i, dialogue in enumerate(dialogues):
         try:
