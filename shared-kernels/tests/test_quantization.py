@@ -398,13 +398,13 @@ def test_unknown_backend_raises() -> None:
             ValueError,
             r"divisible by group_size=64, got shape \(2, 100\)",
         ),
-        (lambda: quantize(torch.zeros(2, 64), 5), ValueError, r"bits must be one of \(2, 3, 4, 8\), got 5"),
+        (lambda: quantize(torch.zeros(2, 64), 5), ValueError, r"bits must be one of \[2, 3, 4, 8\], got 5"),
         (lambda: quantize(torch.zeros(2, 64), 4.0), TypeError, "bits must be an int"),
         (lambda: quantize(torch.zeros(2, 64), True), TypeError, "bits must be an int"),
         (
             lambda: quantize(torch.zeros(2, 96), 4, 48),
             ValueError,
-            r"group_size must be one of \(32, 64, 128\), got 48",
+            r"group_size must be one of \[32, 64, 128\], got 48",
         ),
         (
             lambda: pack_codes(torch.tensor([0, 4]), 2),
@@ -431,7 +431,7 @@ def test_unknown_backend_raises() -> None:
         (
             lambda: unpack_codes(torch.zeros(4, dtype=torch.int32), 4, -1),
             ValueError,
-            "n must be >= 0, got -1",
+            "n must be an int >= 0, got -1",
         ),
         (lambda: unpack_codes(torch.zeros(4, dtype=torch.int32), 4, 32.0), TypeError, "n must be an int"),
         (lambda: dequantize(torch.zeros(2, 64)), TypeError, "q must be a QuantizedTensor, got Tensor"),

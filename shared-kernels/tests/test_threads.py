@@ -18,7 +18,12 @@ def test_pins_and_restores_the_thread_count_also_on_error() -> None:
     assert torch.get_num_threads() == before
 
 
-@pytest.mark.parametrize("bad", [0, -1, 1.0, True, "1"])
-def test_bad_thread_count(bad: object) -> None:
-    with pytest.raises(ValueError, match=r"n must be an int >= 1, got"), torch_threads(bad):  # type: ignore[arg-type]
+@pytest.mark.parametrize(
+    ("bad", "error"),
+    [(0, ValueError), (-1, ValueError), (1.0, TypeError), (True, TypeError), ("1", TypeError)],
+)
+def test_bad_thread_count(bad: object, error: type[Exception]) -> None:
+    before = torch.get_num_threads()
+    with pytest.raises(error, match=r"n must be an int >= 1, got"), torch_threads(bad):  # type: ignore[arg-type]
         pass
+    assert torch.get_num_threads() == before

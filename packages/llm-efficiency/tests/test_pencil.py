@@ -364,10 +364,13 @@ def _llama(vocab: int, seed: int = 0):
 def test_crop_cache_then_reencode_equals_a_fresh_forward() -> None:
     model = _llama(40)
     c, t, a = [9, 10, 11], [CALL, 12, 13, SEP], [14, 15]
-    from icml25.llm_efficiency.common import hf_cache
-    from icml25.llm_efficiency.common.hf_cache import cache_argument, output_cache
+    from icml25.kernels import hf_cache
+    from icml25.kernels.hf_cache import cache_argument, output_cache
+    from icml25.llm_efficiency import common
 
-    assert crop_cache is hf_cache.crop_cache  # pencil re-exports the common helper
+    assert (
+        crop_cache is hf_cache.crop_cache is common.crop_cache
+    )  # pencil and common re-export the kernels one
     kw = cache_argument(model)
     with torch.no_grad():
         out = model(input_ids=torch.tensor([c + t]), use_cache=True)

@@ -11,6 +11,8 @@ from contextlib import contextmanager
 
 import torch
 
+from icml25.kernels.checks import check_int
+
 
 @contextmanager
 def torch_threads(n: int = 1) -> Iterator[None]:
@@ -20,8 +22,7 @@ def torch_threads(n: int = 1) -> Iterator[None]:
     2-core CI machine tiny multi-threaded matmuls are several times slower), and a fixed count makes
     reductions, hence chaotic rollouts, bit-identical across machines.
     """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be an int >= 1, got {n!r}")
+    n = check_int(n, "n", low=1)
     before = torch.get_num_threads()
     torch.set_num_threads(n)
     try:

@@ -43,6 +43,7 @@ from torch import Tensor, nn
 
 from icml25.interpretability.common.llama import random_llama
 from icml25.kernels.checks import check_choice, check_float, check_int, check_tensor
+from icml25.kernels.hf_cache import cache_argument, output_cache
 from icml25.kernels.rng import make_generator
 
 __all__ = [
@@ -78,10 +79,6 @@ def _warn_once(key: str, msg: str) -> None:
     if key not in _WARNED:
         _WARNED.add(key)
         logger.warning(msg)
-
-
-def _shape(x: Any) -> str:
-    return str(tuple(x.shape)) if isinstance(x, Tensor) else type(x).__name__
 
 
 def _int_tensor(x: Any, name: str, ndim: tuple[int, ...] = (1, 2)) -> Tensor:
@@ -387,22 +384,6 @@ def _check_model(model: Any) -> None:
         raise TypeError(f"model must be a torch.nn.Module causal LM, got {type(model).__name__}")
 
 
-def _cache_kw(model: nn.Module) -> str:
-    """The name of the KV-cache argument of ``model.forward`` (transformers >= 5.24: ``cache``)."""
-    import inspect
-
-    try:
-        params = inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):  # pragma: no cover - builtins without a signature
-        return "past_key_values"
-    return "cache" if "cache" in params else "past_key_values"
-
-
-def _cache_of(out: Any) -> Any:
-    c = getattr(out, "cache", None)
-    return c if c is not None else getattr(out, "past_key_values", None)
-
-
 @torch.no_grad()
 def pft_generate(
     model: nn.Module,
@@ -450,8 +431,8 @@ def pft_generate(
     model.eval()
     try:
         out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
-        kw = _cache_kw(model)
-        past = _cache_of(out)
+        kw = cache_argument(model)
+        past = output_cache(out)
         logits_t = out.logits[:, -1].float()
         seqs, poss, masks, all_logits = [ids], [pos], [mask], []
         done = torch.zeros(ids.shape[0], dtype=torch.bool)
@@ -481,7 +462,7 @@ def pft_generate(
                 use_cache=True,
                 **{kw: past},
             )
-            past = _cache_of(out)
+            past = output_cache(out)
             logits_t = out.logits[:, -1].float()
     finally:
         model.train(was_training)

@@ -28,13 +28,12 @@ Example::
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass
 
 import torch
 
 from icml25.kernels._dispatch import select_backend
-from icml25.kernels.checks import check_tensor
+from icml25.kernels.checks import check_choice, check_int, check_tensor
 from icml25.kernels.quantization import reference as _reference
 from icml25.kernels.quantization.reference import SUPPORTED_BITS, SUPPORTED_DTYPES, SUPPORTED_GROUP_SIZES
 
@@ -50,15 +49,6 @@ __all__ = [
     "quantize_dequantize",
     "unpack_codes",
 ]
-
-
-def _check_int_choice(name: str, value: object, choices: tuple[int, ...]) -> int:
-    # numbers.Integral admits numpy integers; bool is an int subclass but never a meaningful width.
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int in {choices}, got {type(value).__name__} {value!r}")
-    if int(value) not in choices:
-        raise ValueError(f"{name} must be one of {choices}, got {value}")
-    return int(value)
 
 
 def _check_float_tensor(name: str, x: object) -> torch.Tensor:
@@ -103,9 +93,11 @@ class QuantizedTensor:
     dtype: torch.dtype
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "bits", _check_int_choice("bits", self.bits, SUPPORTED_BITS))
+        object.__setattr__(self, "bits", check_choice(check_int(self.bits, "bits"), "bits", SUPPORTED_BITS))
         object.__setattr__(
-            self, "group_size", _check_int_choice("group_size", self.group_size, SUPPORTED_GROUP_SIZES)
+            self,
+            "group_size",
+            check_choice(check_int(self.group_size, "group_size"), "group_size", SUPPORTED_GROUP_SIZES),
         )
         if self.dtype not in SUPPORTED_DTYPES:
             raise TypeError(
@@ -208,8 +200,8 @@ def quantize(
         ``scale``/``zero`` ``(..., d // group_size)`` in ``x.dtype``.
     """
     _check_float_tensor("x", x)
-    bits = _check_int_choice("bits", bits, SUPPORTED_BITS)
-    group_size = _check_int_choice("group_size", group_size, SUPPORTED_GROUP_SIZES)
+    bits = check_choice(check_int(bits, "bits"), "bits", SUPPORTED_BITS)
+    group_size = check_choice(check_int(group_size, "group_size"), "group_size", SUPPORTED_GROUP_SIZES)
     if x.shape[-1] % group_size:
         raise ValueError(
             f"x's last dim must be divisible by group_size={group_size}, got shape {tuple(x.shape)}"
@@ -270,7 +262,7 @@ def pack_codes(codes: torch.Tensor, bits: int) -> torch.Tensor:
         raise TypeError(f"codes must be a torch.Tensor, got {type(codes).__name__}")
     if codes.is_floating_point() or codes.is_complex() or codes.dtype == torch.bool:
         raise TypeError(f"codes must have an integer dtype, got {codes.dtype}")
-    bits = _check_int_choice("bits", bits, SUPPORTED_BITS)
+    bits = check_choice(check_int(bits, "bits"), "bits", SUPPORTED_BITS)
     if codes.dim() == 0:
         raise ValueError("codes must have at least one dimension (packed along the last), got a scalar")
     if codes.numel() and (int(codes.min()) < 0 or int(codes.max()) > 2**bits - 1):
@@ -286,11 +278,8 @@ def unpack_codes(packed: torch.Tensor, bits: int, n: int) -> torch.Tensor:
         raise TypeError(f"packed must be a torch.Tensor, got {type(packed).__name__}")
     if packed.dtype != torch.int32:
         raise TypeError(f"packed must be an int32 tensor, got {packed.dtype}")
-    bits = _check_int_choice("bits", bits, SUPPORTED_BITS)
-    if isinstance(n, bool) or not isinstance(n, int):
-        raise TypeError(f"n must be an int, got {type(n).__name__} {n!r}")
-    if n < 0:
-        raise ValueError(f"n must be >= 0, got {n}")
+    bits = check_choice(check_int(bits, "bits"), "bits", SUPPORTED_BITS)
+    n = check_int(n, "n", low=0)
     if packed.dim() == 0 or packed.shape[-1] != _reference.num_words(n, bits):
         raise ValueError(
             f"packed must have last dim bits * ceil(n / 32) = {_reference.num_words(n, bits)} for bits={bits}, "

@@ -23,6 +23,7 @@ import torch
 
 from icml25.kernels.checks import check_choice, check_int
 from icml25.kernels.experiment import progress as progress_bar
+from icml25.kernels.hf_cache import cache_argument
 from icml25.llm_efficiency.aqua_kv.predictors import (
     RIDGE_FORMS,
     AquaCodec,
@@ -33,7 +34,6 @@ from icml25.llm_efficiency.aqua_kv.predictors import (
     relative_mse,
 )
 from icml25.llm_efficiency.aqua_kv.rope import heads_to_rows, kv_layout, undo_rope
-from icml25.llm_efficiency.common.hf_cache import cache_argument
 
 __all__ = ["CalibrationReport", "CapturedKV", "calibrate_predictors", "capture_kv"]
 

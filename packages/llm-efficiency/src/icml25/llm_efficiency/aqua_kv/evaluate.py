@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-from icml25.llm_efficiency.common.hf_cache import cache_argument
+from icml25.kernels.hf_cache import cache_argument
 
 __all__ = ["evaluate_kv_compression", "reconstruction_error"]
 

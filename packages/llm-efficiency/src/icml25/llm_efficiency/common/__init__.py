@@ -1,8 +1,9 @@
 """What several LLM-efficiency papers share: public modules named for what they hold.
 
-* :mod:`~icml25.llm_efficiency.common.hf_cache`: :func:`cache_argument`, :func:`output_cache` and
-  :func:`crop_cache`, the KV-cache calls that differ between transformers versions (PENCIL, P11, NTPP, P24,
-  and AQUA-KV, P36).
+* :func:`cache_argument`, :func:`output_cache` and :func:`crop_cache`, the KV-cache calls that differ
+  between transformers versions, re-exported from :mod:`icml25.kernels.hf_cache`, where they moved because a
+  paper of another area (role separation, P44) uses them too (RAPID, P03, PENCIL, P11, NTPP, P24, AQUA-KV,
+  P36).
 * :mod:`~icml25.llm_efficiency.common.losses`: :func:`causal_lm_loss`, the shifted next-token cross-entropy
   (MEAP, P04, and the PENCIL experiment, P11).
 * :mod:`~icml25.llm_efficiency.common.tiny_decoder`: :class:`TinyDecoder`, a small pre-LN causal Transformer
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING
 from icml25.kernels.lazy import lazy_namespace
 
 if TYPE_CHECKING:  # the name -> module map of the lazy namespace (icml25.kernels.lazy)
-    from icml25.llm_efficiency.common.hf_cache import cache_argument, crop_cache, output_cache
+    from icml25.kernels.hf_cache import cache_argument, crop_cache, output_cache
     from icml25.llm_efficiency.common.losses import causal_lm_loss
     from icml25.llm_efficiency.common.retrieval import embedding_scores, words
     from icml25.llm_efficiency.common.tiny_decoder import MoEFFN, TinyDecoder

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from icml25.kernels.checks import check_int
 from icml25.llm_efficiency.lara.data import LaraItem
 from icml25.llm_efficiency.lara.retrieval import Chunker, DocIndex, HybridRetriever, RetrievedChunk, TextChunk
 
@@ -345,17 +346,11 @@ def make_mini_lara(n_items: int, seed: int = 0, questions_per_doc: int = 8) -> M
     through the lengths 4k/16k and the three styles; each document hosts ``questions_per_doc`` questions,
     the four tasks equally. Each item's ``meta`` holds ``uid``, ``fact_depth`` (relative positions of the
     needed facts), ``distractors`` and ``style``."""
-    if isinstance(questions_per_doc, bool) or not isinstance(questions_per_doc, int) or questions_per_doc < 4 \
-            or questions_per_doc % 4 or questions_per_doc > len(ATTRIBUTES):  # fmt: skip
-        raise ValueError(
-            f"questions_per_doc must be a multiple of 4 in [4, {len(ATTRIBUTES)}], got {questions_per_doc!r}"
-        )
-    if (
-        isinstance(n_items, bool)
-        or not isinstance(n_items, int)
-        or n_items < 1
-        or n_items % questions_per_doc
-    ):
+    questions_per_doc = check_int(questions_per_doc, "questions_per_doc", low=4, high=len(ATTRIBUTES))
+    if questions_per_doc % 4:
+        raise ValueError(f"questions_per_doc must be a multiple of 4, got {questions_per_doc!r}")
+    n_items = check_int(n_items, "n_items", low=1)
+    if n_items % questions_per_doc:
         raise ValueError(
             f"n_items must be a positive multiple of questions_per_doc={questions_per_doc}, got {n_items!r}"
         )

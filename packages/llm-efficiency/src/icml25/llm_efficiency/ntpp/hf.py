@@ -33,8 +33,8 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
     ) from err
 
 from icml25.kernels.checks import check_choice, check_float, check_int
+from icml25.kernels.hf_cache import cache_argument, output_cache
 from icml25.kernels.rng import isolated_rng, make_generator
-from icml25.llm_efficiency.common.hf_cache import cache_argument, output_cache
 from icml25.llm_efficiency.ntpp.core import (
     POSITION_LAYOUTS,
     check_token_pair,

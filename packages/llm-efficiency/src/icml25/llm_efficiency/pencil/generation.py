@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from icml25.kernels.hf_cache import cache_argument, crop_cache, output_cache
 from icml25.kernels.rng import make_generator
-from icml25.llm_efficiency.common.hf_cache import cache_argument, crop_cache, output_cache
 from icml25.llm_efficiency.pencil.reduction import (
     PencilTokens,
     as_index_array,

@@ -24,7 +24,7 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
         "pip install 'icml25-llm-efficiency[hf]'"
     ) from err
 
-from icml25.llm_efficiency.common.hf_cache import cache_argument, crop_cache, output_cache
+from icml25.kernels.hf_cache import cache_argument, crop_cache, output_cache
 from icml25.llm_efficiency.pencil.reduction import PencilTokens, check_pencil_tokens, locate_redex
 from icml25.llm_efficiency.pencil.vocab import EOS, PAD, PencilVocab
 

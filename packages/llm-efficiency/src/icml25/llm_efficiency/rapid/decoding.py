@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from icml25.kernels.checks import check_float, check_int
+from icml25.kernels.hf_cache import cache_argument
 from icml25.kernels.rng import make_generator
 from icml25.llm_efficiency.rapid.sampling import ALPHA_RANGE, ETA_RANGE, RESIDUALS, rapid_verify, sample_token
 
@@ -105,10 +106,8 @@ class _Session:
             from icml25.llm_efficiency.rapid.hf import new_dynamic_cache
 
             self.cache = new_dynamic_cache(model)
+        self.cache_kw = cache_argument(model)
         params = inspect.signature(model.forward).parameters
-        self.cache_kw = (
-            "past_key_values" if "past_key_values" in params and "cache" not in params else "cache"
-        )
         has_var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
         self.keep_kw = "logits_to_keep" in params or has_var_kw
         self.device = _model_device(model)

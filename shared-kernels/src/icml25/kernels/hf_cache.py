@@ -1,16 +1,19 @@
-"""The KV-cache calls that differ between transformers versions, shared by papers that decode with a cache.
+"""The KV-cache calls that differ between transformers versions, shared by every paper that decodes with a
+cache, in any area.
 
 transformers renamed the cache keyword of a causal LM's ``forward`` (``past_key_values`` → ``cache`` in
 5.2x) and the meaning of ``Cache.crop``'s argument (the length to keep in 4.x, the tokens to remove, as a
-negative number, in 5). PENCIL's generation with reduction (P11), NTPP's speculative decoding (P24) and
-AQUA-KV's calibration and evaluation passes (P36) call these instead of either spelling, so one model works
-with both.
+negative number, in 5). RAPID's decoding (P03), PENCIL's generation with reduction (P11), NTPP's speculative
+decoding (P24), AQUA-KV's calibration and evaluation passes (P36) and the role-separation generation (P44)
+call these instead of either spelling, so one model works with both. Nothing here imports transformers.
 """
 
 from __future__ import annotations
 
 import inspect
 from typing import Any
+
+from icml25.kernels.checks import check_int
 
 __all__ = ["cache_argument", "crop_cache", "output_cache"]
 
@@ -35,7 +38,9 @@ def crop_cache(cache: Any, keep: int) -> None:
     """Crop a transformers KV cache in place to its first ``keep`` tokens.
 
     transformers 5 removes tokens with ``crop(-n)`` (a positive argument raises); 4.x took the length to keep.
+    ``keep`` >= the cached length leaves the cache as it is.
     """
+    keep = check_int(keep, "keep", low=0)
     cur = int(cache.get_seq_length())
     if keep >= cur:
         return
