@@ -43,6 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from icml25.kernels.checks import check_float, check_int
 from icml25.kernels.rng import isolated_rng, make_generator
 
 __all__ = [
@@ -102,17 +103,9 @@ class SerializeConfig:
     strict: bool = False
 
     def __post_init__(self) -> None:
-        if isinstance(self.node_scope, bool) or not isinstance(self.node_scope, (int, np.integer)):
-            raise TypeError(f"node_scope must be an int, got {type(self.node_scope).__name__}")
-        if self.node_scope < 1:
-            raise ValueError(f"node_scope must be >= 1, got {self.node_scope}")
+        check_int(self.node_scope, "node_scope", low=1)
         if self.scope_base is not None:
-            if isinstance(self.scope_base, bool) or not isinstance(self.scope_base, (int, np.integer)):
-                raise TypeError(f"scope_base must be an int or None, got {type(self.scope_base).__name__}")
-            if not 2 <= self.scope_base <= self.node_scope:
-                raise ValueError(
-                    f"scope_base must be in [2, node_scope={self.node_scope}], got {self.scope_base}"
-                )
+            check_int(self.scope_base, "scope_base", low=2, high=self.node_scope)
         if self.reindex not in ("seq", "cyclic", "random"):
             raise ValueError(f"reindex must be 'seq', 'cyclic' or 'random', got {self.reindex!r}")
 
@@ -435,14 +428,14 @@ def ego_subgraph(
     for t in tgt:
         if t not in G:
             raise ValueError(f"targets must be node(s) of G, got {t!r}")
-    if isinstance(radius, bool) or not isinstance(radius, int) or radius < 0:
-        raise ValueError(f"radius must be an int >= 0, got {radius!r}")
+    radius = check_int(radius, "radius", low=0)
     keep: set = set()
     for t in tgt:
         keep |= set(nx.single_source_shortest_path_length(G, t, cutoff=radius))
     if max_nodes is not None:
-        if isinstance(max_nodes, bool) or not isinstance(max_nodes, int) or max_nodes < len(tgt):
-            raise ValueError(f"max_nodes must be an int >= {len(tgt)} (the targets), got {max_nodes!r}")
+        max_nodes = check_int(max_nodes, "max_nodes")
+        if max_nodes < len(tgt):
+            raise ValueError(f"max_nodes must be >= {len(tgt)} (the targets), got {max_nodes}")
         others = sorted(keep - set(tgt), key=repr)
         rng = np.random.default_rng(seed)
         pick = rng.permutation(len(others))[: max_nodes - len(tgt)]
@@ -680,8 +673,7 @@ class GraphGPTModel(nn.Module):
             ("layers", layers, 1),
             ("heads", heads, 1),
         ):
-            if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < lo:
-                raise ValueError(f"{name} must be an int >= {lo}, got {val!r}")
+            check_int(val, name, low=lo)
         if hidden % heads or (hidden // heads) % 2:
             raise ValueError(
                 f"hidden must be a multiple of 2*heads (even head size), got hidden={hidden}, heads={heads}"
@@ -811,8 +803,7 @@ def smtp_mask(
     lo, hi = (float(x) for x in u_range)
     if not (math.isfinite(lo) and math.isfinite(hi) and 0.0 < lo <= hi <= 1.0):
         raise ValueError(f"u_range must satisfy 0 < u_min <= u_max <= 1, got {u_range}")
-    if not (isinstance(power, (int, float)) and math.isfinite(power) and power > 0):
-        raise ValueError(f"power must be a finite number > 0, got {power!r}")
+    power = check_float(power, "power", low=0, low_open=True)
     if schedule not in ("poly", "cosine"):
         raise ValueError(f"schedule must be 'poly' or 'cosine', got {schedule!r}")
     p = np.asarray(mtp, dtype=np.float64)
@@ -880,12 +871,7 @@ def smtp_reduce(
         )
     if normalize not in ("masked", "length"):
         raise ValueError(f"normalize must be 'masked' or 'length', got {normalize!r}")
-    if (
-        isinstance(pad_to_multiple_of, bool)
-        or not isinstance(pad_to_multiple_of, int)
-        or pad_to_multiple_of < 1
-    ):
-        raise ValueError(f"pad_to_multiple_of must be an int >= 1, got {pad_to_multiple_of!r}")
+    pad_to_multiple_of = check_int(pad_to_multiple_of, "pad_to_multiple_of", low=1)
     tok = token_loss if weight is None else token_loss * weight[:, None].to(token_loss.dtype)
     total = tok[selected].sum()
     if normalize == "length":
@@ -987,13 +973,10 @@ def pretrain_optimizer(
     :func:`warmup_decay_factor`) over the horizon ``steps``. The official optimiser is AdamW with ``eps=1e-6``
     (``configs/training/base.yaml``); the default ``1e-8`` is PyTorch's. Pass the pair to :func:`pretrain`'s
     ``optimizer`` to continue one schedule over several calls."""
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be an int >= 1, got {steps!r}")
-    for name, v in (("lr", lr), ("eps", eps)):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-            raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise ValueError(f"warmup must be an int >= 0, got {warmup!r}")
+    steps = check_int(steps, "steps", low=1)
+    lr = check_float(lr, "lr", low=0, low_open=True)
+    eps = check_float(eps, "eps", low=0, low_open=True)
+    warmup = check_int(warmup, "warmup", low=0)
     if schedule not in ("constant", "warmup_decay"):
         raise ValueError(f"schedule must be 'constant' or 'warmup_decay', got {schedule!r}")
     if warmup_type not in ("log", "linear"):
@@ -1039,21 +1022,19 @@ def pretrain(
     (precomputed). ``mask_kwargs`` go to :func:`smtp_loss` (e.g. ``dlm_weight=True, normalize="length",
     pad_to_multiple_of=8``: the official loss)."""
     graphs = _check_graph_list(graphs)
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-        raise ValueError(f"steps must be an int >= 0, got {steps!r}")
+    steps = check_int(steps, "steps", low=0)
     if objective not in ("smtp", "ntp"):
         raise ValueError(f"objective must be 'smtp' or 'ntp', got {objective!r}")
     if objective == "smtp" and model.causal:
         raise ValueError("objective='smtp' needs a bidirectional model (causal=False)")
     if objective == "ntp" and not model.causal:
         raise ValueError("objective='ntp' needs a causal model (causal=True)")
-    if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
-        raise ValueError(f"lr must be a finite number > 0, got {lr!r}")
+    lr = check_float(lr, "lr", low=0, low_open=True)
     rng = np.random.default_rng(seed)
     g = make_generator(seed)
     cache: dict[tuple[int, int], list[int]] = {}
-    if views is not None and (isinstance(views, bool) or not isinstance(views, int) or views < 1):
-        raise ValueError(f"views must be an int >= 1 or None, got {views!r}")
+    if views is not None:
+        views = check_int(views, "views", low=1)
     if optimizer is None:
         opt, sched = pretrain_optimizer(
             model,
@@ -1147,17 +1128,13 @@ class GraphGPTClassifier:
         if task not in ("graph", "node", "edge"):
             raise ValueError(f"task must be 'graph', 'node' or 'edge', got {task!r}")
         for name, v in (("epochs", epochs), ("batch_size", batch_size), ("n_views", n_views)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {v!r}")
-        if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
-            raise ValueError(f"lr must be a finite number > 0, got {lr!r}")
+            check_int(v, name, low=1)
+        check_float(lr, "lr", low=0, low_open=True)
         self.task, self.hidden, self.layers, self.heads = task, hidden, layers, heads
         self.causal, self.backend, self.epochs, self.lr = causal, backend, epochs, float(lr)
         self.batch_size, self.weight_decay, self.n_views, self.seed = batch_size, weight_decay, n_views, seed
-        if fit_views is not None and (
-            isinstance(fit_views, bool) or not isinstance(fit_views, int) or fit_views < 1
-        ):
-            raise ValueError(f"fit_views must be an int >= 1 or None, got {fit_views!r}")
+        if fit_views is not None:
+            check_int(fit_views, "fit_views", low=1)
         self.node_attr, self.edge_attr, self.fit_views = node_attr, edge_attr, fit_views
         self.tokenizer_: GraphTokenizer | None = None
         self.model_: GraphGPTModel | None = None

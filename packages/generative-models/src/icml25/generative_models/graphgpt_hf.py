@@ -21,6 +21,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from icml25.generative_models.graphgpt import SIZES
+from icml25.kernels.checks import check_int
 
 __all__ = ["bidirectional_mask", "build_graphgpt"]
 
@@ -44,8 +45,7 @@ def build_graphgpt(
     ``heads`` override it. ``causal and head``: ``LlamaForCausalLM``; otherwise ``LlamaModel`` (call it with
     :func:`bidirectional_mask` for SMTP). ``config_kwargs`` go to ``transformers.LlamaConfig``.
     """
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 2:
-        raise ValueError(f"vocab_size must be an int >= 2, got {vocab_size!r}")
+    vocab_size = check_int(vocab_size, "vocab_size", low=2)
     if size is not None and size not in SIZES:
         raise ValueError(f"size must be one of {sorted(SIZES)} or None, got {size!r}")
     h, n_layers, n_heads = SIZES[size] if size is not None else (None, None, None)
