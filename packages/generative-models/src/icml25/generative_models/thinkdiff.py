@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from icml25.kernels.checks import check_tensor
+from icml25.kernels.checks import check_float, check_int, check_tensor
 from icml25.kernels.rng import isolated_rng, make_generator
 
 __all__ = [
@@ -113,11 +113,8 @@ class FeatureAligner(nn.Module):
 
     def __init__(self, in_dim: int, out_dim: int, eps: float = 1e-6, seed: int | None = None):
         super().__init__()
-        for nm, v in (("in_dim", in_dim), ("out_dim", out_dim)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{nm} must be an int >= 1, got {v!r}")
-        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < 1:
-            raise ValueError(f"eps must be a float in (0, 1), got {eps!r}")
+        in_dim, out_dim = check_int(in_dim, "in_dim", low=1), check_int(out_dim, "out_dim", low=1)
+        eps = check_float(eps, "eps", low=0, high=1, low_open=True, high_open=True)
         self.in_dim, self.out_dim, self.eps = in_dim, out_dim, float(eps)
         with isolated_rng(seed):
             self.fc1 = nn.Linear(in_dim, out_dim)
@@ -244,8 +241,7 @@ def random_split_generated(
         raise ValueError(
             f"token_ids must have shape {tuple(feats.shape[:2])} (as feats), got {tuple(ids.shape)}"
         )
-    if isinstance(max_split, bool) or not isinstance(max_split, int) or max_split < 1:
-        raise ValueError(f"max_split must be an int >= 1, got {max_split!r}")
+    max_split = check_int(max_split, "max_split", low=1)
     n = mask.sum(1)
     if not torch.equal(mask, (torch.arange(mask.shape[1])[None] < n[:, None]).long()):
         raise ValueError("feat_mask must mark a prefix of each row (valid tokens first, then padding)")
@@ -340,15 +336,11 @@ def train_aligner(
     if not isinstance(aligner, nn.Module):
         raise TypeError(f"aligner must be an nn.Module, got {type(aligner).__name__}")
     _check_seq2seq(t5)
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be an int >= 1, got {steps!r}")
-    for nm, v in (("lr", lr), ("weight_decay", weight_decay), ("final_lr_ratio", final_lr_ratio)):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-            raise ValueError(f"{nm} must be a finite float >= 0, got {v!r}")
-    if lr <= 0:
-        raise ValueError(f"lr must be > 0, got {lr!r}")
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise ValueError(f"warmup must be an int >= 0, got {warmup!r}")
+    steps = check_int(steps, "steps", low=1)
+    lr = check_float(lr, "lr", low=0, low_open=True)
+    weight_decay = check_float(weight_decay, "weight_decay", low=0)
+    final_lr_ratio = check_float(final_lr_ratio, "final_lr_ratio", low=0)
+    warmup = check_int(warmup, "warmup", low=0)
     if split not in ("random", "none"):
         raise ValueError(f"split must be 'random' or 'none', got {split!r}")
     if not callable(retokenize):
@@ -483,10 +475,7 @@ def generated_hidden_states(
             f"model must be a transformers generation model (has .generate), got {type(model).__name__}"
         )
     ids = _id_tensor("input_ids", input_ids, 2)
-    if isinstance(n_tokens, bool) or not isinstance(n_tokens, int) or n_tokens < 1:
-        raise ValueError(
-            f"n_tokens must be an int >= 1 (a generated sequence cannot be empty), got {n_tokens!r}"
-        )
+    n_tokens = check_int(n_tokens, "n_tokens", low=1)
     if attention_mask is not None:
         attention_mask = _mask_tensor("attention_mask", attention_mask, tuple(ids.shape))
     eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
@@ -592,8 +581,7 @@ def tiny_t5(
         ("num_layers", num_layers),
         ("num_heads", num_heads),
     ):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{nm} must be an int >= 1, got {v!r}")
+        check_int(v, nm, low=1)
     if vocab_size < 3:
         raise ValueError(f"vocab_size must be >= 3 (pad 0, EOS 1 and a word), got {vocab_size}")
     if d_model % num_heads:
@@ -674,8 +662,7 @@ class ToyVLM(nn.Module):
         (image and prompt) positions, ``shifted_hidden (B, n, d)`` = the states one position earlier."""
         images = _float_tensor("images", images, 3)
         prompt = _id_tensor("prompt", prompt, 2)
-        if isinstance(n_tokens, bool) or not isinstance(n_tokens, int) or n_tokens < 1:
-            raise ValueError(f"n_tokens must be an int >= 1, got {n_tokens!r}")
+        n_tokens = check_int(n_tokens, "n_tokens", low=1)
         tokens = prompt
         for _ in range(n_tokens):
             h = self.hidden(images, tokens)
