@@ -203,7 +203,7 @@ def test_bad_inputs() -> None:
     bad[1, 0] = float("nan")
     with pytest.raises(ValueError, match="codebook must be finite"):
         mvot.codebook_distance_matrix(bad)
-    with pytest.raises(ValueError, match="weight must be a finite number >= 0"):
+    with pytest.raises(ValueError, match=r"weight must be a finite float in \[0, inf\), got -0.1"):
         mvot.MVoTLoss(dist, IDS, weight=-0.1)
     with pytest.raises(TypeError, match="labels must be a int tensor"):
         mvot.token_discrepancy_loss(logits, labels.float(), IDS, dist)

@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from icml25.kernels.checks import check_fitted, check_int, check_tensor
+from icml25.kernels.checks import check_fitted, check_float, check_int, check_tensor
 
 __all__ = [
     "KMeansVQTokenizer",
@@ -175,14 +175,8 @@ class MVoTLoss(nn.Module):
     ):
         super().__init__()
         ids, dist = _check_mapping(image_token_ids, distance)
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)):
-            raise TypeError(f"weight must be a real number >= 0, got {type(weight).__name__}")
-        if not np.isfinite(weight) or weight < 0:
-            raise ValueError(
-                f"weight must be a finite number >= 0 (the lambda of L_CE + lambda L_D), got {weight}"
-            )
-        if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
-            raise TypeError(f"ignore_index must be an int, got {type(ignore_index).__name__}")
+        weight = check_float(weight, "weight", low=0)  # the lambda of L_CE + lambda L_D
+        ignore_index = check_int(ignore_index, "ignore_index")
         self.register_buffer("distance", dist.detach().float().clone())
         self.register_buffer("image_token_ids", ids.clone())
         self.weight = float(weight)
@@ -243,9 +237,7 @@ def build_interleaved_example(
         ``{"input_ids", "labels", "attention_mask"}`` (1-D long tensors of one length).
     """
     ids = as_token_tensor(image_token_ids, "image_token_ids", 1, floating=False).long()
-    for nm, v in (("boi_id", boi_id), ("eoi_id", eoi_id)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise TypeError(f"{nm} must be a non-negative int token id, got {v!r}")
+    boi_id, eoi_id = check_int(boi_id, "boi_id", low=0), check_int(eoi_id, "eoi_id", low=0)
     if isinstance(steps, (str, Tensor)) or not isinstance(steps, Sequence):
         raise TypeError(f"steps must be a sequence of (text, codes) pairs, got {type(steps).__name__}")
 
@@ -299,8 +291,7 @@ def image_block_mask(input_ids: Tensor, vocab_size: int, image_token_ids: Tensor
         raise ValueError(
             "image_token_ids must be distinct non-negative LM token ids; got duplicates or negatives"
         )
-    if isinstance(n_tokens, bool) or not isinstance(n_tokens, int) or n_tokens < 1:
-        raise ValueError(f"n_tokens must be an int >= 1 (tokens per image), got {n_tokens!r}")
+    n_tokens = check_int(n_tokens, "n_tokens", low=1)  # tokens per image
     if int(img.max()) >= vocab_size:
         raise ValueError(
             f"image_token_ids must index the vocabulary of size {vocab_size}, got max {int(img.max())}"

@@ -25,6 +25,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from icml25.generative_models.mvot import MVoTLoss, as_token_tensor, image_block_mask
+from icml25.kernels.checks import check_int
 
 __all__ = ["ImageBlockLogitsProcessor", "MVoTTrainer", "build_mvot_llama"]
 
@@ -38,11 +39,8 @@ class ImageBlockLogitsProcessor(transformers.LogitsProcessor):
 
     def __init__(self, image_token_ids: Tensor, boi_id: int, eoi_id: int, n_tokens: int):
         self.image_token_ids = as_token_tensor(image_token_ids, "image_token_ids", 1, floating=False).long()
-        for nm, v in (("boi_id", boi_id), ("eoi_id", eoi_id)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise TypeError(f"{nm} must be a non-negative int token id, got {v!r}")
-        if isinstance(n_tokens, bool) or not isinstance(n_tokens, int) or n_tokens < 1:
-            raise ValueError(f"n_tokens must be an int >= 1 (tokens per image), got {n_tokens!r}")
+        boi_id, eoi_id = check_int(boi_id, "boi_id", low=0), check_int(eoi_id, "eoi_id", low=0)
+        n_tokens = check_int(n_tokens, "n_tokens", low=1)  # tokens per image
         self.boi_id, self.eoi_id, self.n_tokens = boi_id, eoi_id, n_tokens
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
@@ -83,8 +81,7 @@ def build_mvot_llama(vocab_size: int, hidden: int = 128, layers: int = 4, heads:
     """A random-init ``transformers.LlamaForCausalLM`` over a text + image-token vocabulary."""
     for nm, v in (("vocab_size", vocab_size), ("hidden", hidden), ("layers", layers), ("heads", heads),
                   ("max_len", max_len)):  # fmt: skip
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{nm} must be an int >= 1, got {v!r}")
+        check_int(v, nm, low=1)
     if hidden % heads:
         raise ValueError(f"hidden must be divisible by heads, got hidden={hidden}, heads={heads}")
     cfg = transformers.LlamaConfig(
