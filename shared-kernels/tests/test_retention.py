@@ -341,7 +341,7 @@ def test_bad_inputs_raise_clear_errors():
         retention_step(q[:, :, :3], k[:, :, :3], v[:, :, :3], kappa, s0, done=dones)
     with pytest.raises(ValueError, match="decay_scaling_factor must lie in"):
         default_kappas(2, 1.5)
-    with pytest.raises(ValueError, match="n_head must be >= 1"):
+    with pytest.raises(ValueError, match="n_head must be an int >= 1, got 0"):
         default_kappas(0)
 
 

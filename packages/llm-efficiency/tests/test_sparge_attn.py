@@ -120,7 +120,7 @@ def test_tuner_and_params_bad_inputs():
         SpargeTuner(2, l1=0.08, pv_l1=0.07)
     with pytest.raises(ValueError, match="rule must be one of"):
         SpargeTuner(2, rule="psnr")
-    with pytest.raises(ValueError, match="num_heads must be a positive int"):
+    with pytest.raises(ValueError, match="num_heads must be an int >= 1, got 0"):
         SpargeTuner(0)
     with pytest.raises(ValueError, match=r"q must be a \[B, H=2, L, d\] tensor"):
         SpargeTuner(2).observe(

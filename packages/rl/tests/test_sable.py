@@ -338,8 +338,8 @@ def test_pettingzoo_parallel_api_and_simple_spread() -> None:
     assert cue.reset(seed=0).shape == (3, 2, 8)
     with pytest.raises(NotImplementedError, match="Gaussian head"):
         ParallelEnvVectorizer(lambda: simple_spread_v3.parallel_env(continuous_actions=True))
-    for bad in ({"n_agents": 0}, {"max_cycles": 2.5}):
-        with pytest.raises(ValueError, match=next(iter(bad))):
+    for bad, error in (({"n_agents": 0}, ValueError), ({"max_cycles": 2.5}, TypeError)):
+        with pytest.raises(error, match=rf"{next(iter(bad))} must be an int >= 1, got"):
             simple_spread(**bad)
 
 

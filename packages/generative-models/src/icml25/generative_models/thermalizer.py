@@ -254,8 +254,9 @@ def select_levels(
     if isinstance(candidates, (str, bytes)) or not isinstance(candidates, Sequence) or not candidates:
         raise ValueError(f"candidates must be a non-empty list of (s_init, s_stop), got {candidates!r}")
     horizon = check_int(horizon, "horizon", low=1)
-    if isinstance(window, bool) or not isinstance(window, int) or not 0 < window <= horizon:
-        raise ValueError(f"window must be in (0, horizon={horizon}], got {window!r}")
+    window = check_int(window, "window")
+    if not 0 < window <= horizon:
+        raise ValueError(f"window must be in (0, horizon={horizon}], got {window}")
     stable_mask(
         np.zeros((1, 1)), band
     )  # band's rule, checked before any rollout: (low, high), 0 <= low < high

@@ -26,7 +26,7 @@ from torch import nn
 
 from icml25.interpretability.relu_regions import MAX_ABS, TriangleNet, apply_stack
 from icml25.interpretability.relu_regions_count import count_linear_regions_1d, linear_relu_layers
-from icml25.kernels.checks import check_tensor
+from icml25.kernels.checks import check_int, check_tensor
 
 __all__ = ["STAGES", "FitResult", "fit_1d"]
 
@@ -172,10 +172,8 @@ def fit_1d(
     n_steps = _per_stage(steps, stages, "steps", int)
     default_lr = {"pretrain": 1e-2, "finetune": 1e-3}
     lrs = [default_lr[s] for s in stages] if lr is None else _per_stage(lr, stages, "lr", float)
-    if log_every is not None and (
-        isinstance(log_every, bool) or not isinstance(log_every, int) or log_every < 1
-    ):
-        raise ValueError(f"log_every must be an int >= 1, got {log_every!r}")
+    if log_every is not None:
+        log_every = check_int(log_every, "log_every", low=1)
     dtype = next(models[0].parameters()).dtype
     xs, ys = _as_column(x, "x", dtype), _as_column(y, "y", dtype)
     if xs.shape != ys.shape:

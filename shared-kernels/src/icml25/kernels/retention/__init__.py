@@ -67,10 +67,7 @@ def default_kappas(n_head: int, decay_scaling_factor: float = 1.0) -> torch.Tens
     Returns:
         float64 [H], from ``1 - 1/32`` (head 0) to ``1 - 1/512`` (last head), times the factor.
     """
-    if isinstance(n_head, bool) or not isinstance(n_head, int):
-        raise TypeError(f"n_head must be an int >= 1, got {n_head!r} ({type(n_head).__name__})")
-    if n_head < 1:
-        raise ValueError(f"n_head must be >= 1, got {n_head}")
+    n_head = check_int(n_head, "n_head", low=1)
     if isinstance(decay_scaling_factor, bool) or not isinstance(decay_scaling_factor, (int, float)):
         raise TypeError(
             f"decay_scaling_factor must be a float, got {decay_scaling_factor!r} "

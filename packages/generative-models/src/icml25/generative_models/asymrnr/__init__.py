@@ -481,8 +481,7 @@ def _thresholds(name: str, value: object) -> dict[int, float]:
         raise TypeError(f"{name} must be a mapping tier -> ratio (e.g. {{6: 0.4, 7: 0.8}}), got {value!r}")
     out = {}
     for t, r in value.items():
-        if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t <= 9:
-            raise ValueError(f"{name} must have int tiers in 0..9 as keys, got {t!r}")
+        t = check_int(t, f"{name} key (a tier)", low=0, high=9)
         out[t] = _fraction(r, f"{name}[{t}]")
     return out
 

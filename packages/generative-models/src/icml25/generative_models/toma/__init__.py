@@ -33,7 +33,7 @@ from typing import Any, Literal
 import torch
 
 from icml25.kernels import token_merge as _tm
-from icml25.kernels.checks import check_float, check_int, check_tensor
+from icml25.kernels.checks import check_float, check_int, check_ints, check_tensor
 
 __all__ = [
     "ToMAPlan",
@@ -74,13 +74,7 @@ def _resolve_hw(hw: object, N: int) -> tuple[int, int]:
                 "pass hw=(H, W) with H * W = N"
             )
         return side, side
-    if (
-        not isinstance(hw, (tuple, list))
-        or len(hw) != 2
-        or any(isinstance(v, bool) or not isinstance(v, int) for v in hw)
-    ):
-        raise TypeError(f"hw must be a pair of ints (H, W) or None, got {hw!r}")
-    H, W = int(hw[0]), int(hw[1])
+    H, W = check_ints(hw, "hw", length=2)
     if H < 1 or W < 1 or H * W != N:
         raise ValueError(f"hw = ({H}, {W}) must be positive with H * W = N = {N} (x.shape[1])")
     return H, W

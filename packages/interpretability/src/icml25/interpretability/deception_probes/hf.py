@@ -135,8 +135,7 @@ def tokenize_dialogue(
 
 def _check_layer(model: Any, layer: Any) -> None:
     n_layers = getattr(getattr(model, "config", None), "num_hidden_layers", None)
-    if isinstance(layer, bool) or not isinstance(layer, int):
-        raise TypeError(f"layer must be an int, got {type(layer).__name__}")
+    layer = check_int(layer, "layer")
     if layer < 0 or (n_layers is not None and layer > n_layers):
         raise ValueError(f"layer must be in [0, {n_layers}] (0 = embeddings), got {layer}")
 

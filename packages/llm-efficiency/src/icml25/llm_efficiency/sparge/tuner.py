@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from icml25.kernels.checks import check_int
 from icml25.kernels.sparse_attention import SpargeStats, sparge_attention
 from icml25.kernels.sparse_attention.reference import dense_attention_reference
 
@@ -128,8 +129,7 @@ class SpargeTuner:
         backend: str | None = None,
         progress: bool = False,
     ) -> None:
-        if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
-            raise ValueError(f"num_heads must be a positive int, got {num_heads!r}")
+        check_int(num_heads, "num_heads", low=1)
         if rule not in _RULES:
             raise ValueError(f"rule must be one of {_RULES}, got {rule!r}")
         if not (0 < l1 < pv_l1):
@@ -138,8 +138,7 @@ class SpargeTuner:
             raise ValueError(
                 f"cos_sim must lie in (-1, 1] and rmse be > 0, got cos_sim={cos_sim}, rmse={rmse}"
             )
-        if isinstance(granularity, bool) or not isinstance(granularity, int) or granularity < 1:
-            raise ValueError(f"granularity must be a positive int, got {granularity!r}")
+        check_int(granularity, "granularity", low=1)
         if not (0 < tau_tol < 1) or not (0 < pv_tol < 50):
             raise ValueError(f"tau_tol must lie in (0, 1) and pv_tol in (0, 50), got {tau_tol}, {pv_tol}")
         self.num_heads, self.rule, self.l1, self.pv_l1 = num_heads, rule, l1, pv_l1

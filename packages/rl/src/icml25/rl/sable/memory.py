@@ -19,6 +19,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from icml25.kernels.checks import check_int
 from icml25.kernels.rng import isolated_rng
 from icml25.rl.sable.network import check_float_tensor
 
@@ -84,8 +85,7 @@ class SoftmaxAttentionEncoder(nn.Module):
     def __init__(self, obs_dim: int, embed_dim: int = 32, n_head: int = 1, seed: int | None = 0) -> None:
         super().__init__()
         for name, v in (("obs_dim", obs_dim), ("embed_dim", embed_dim), ("n_head", n_head)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+            check_int(v, name, low=1)
         if embed_dim % n_head:
             raise ValueError(
                 f"embed_dim must be divisible by n_head, got embed_dim={embed_dim}, n_head={n_head}"

@@ -129,8 +129,7 @@ class ParallelEnvVectorizer:
             raise TypeError(
                 f"env_fn must be a zero-argument factory of ParallelEnvs, got {type(env_fn).__name__}"
             )
-        if isinstance(n_envs, bool) or not isinstance(n_envs, int) or n_envs < 1:
-            raise ValueError(f"n_envs must be an int >= 1, got {n_envs!r}")
+        n_envs = check_int(n_envs, "n_envs", low=1)
         self.envs = [env_fn() for _ in range(n_envs)]
         e0 = self.envs[0]
         if not hasattr(e0, "possible_agents") or not hasattr(e0, "action_space"):
@@ -201,8 +200,7 @@ def simple_spread(
     ``[n_envs, n_agents, 6 + 4·n_agents]``, 5 actions. Needs the ``pettingzoo`` extra (it brings ``mpe2``).
     """
     for name, value in (("n_agents", n_agents), ("max_cycles", max_cycles)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        check_int(value, name, low=1)
     try:
         from mpe2 import simple_spread_v3
     except ImportError as err:  # pragma: no cover - exercised without the extra

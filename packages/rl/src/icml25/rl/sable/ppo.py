@@ -17,7 +17,6 @@ A vectorised environment has ``n_envs``, ``n_agents``, ``obs_dim``, ``n_actions`
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -26,6 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from icml25.kernels.checks import check_float, check_int
 from icml25.kernels.rng import isolated_rng, make_generator
 from icml25.rl.sable.network import SableNet, check_float_tensor
 
@@ -70,21 +70,13 @@ class PPOConfig:
         if not isinstance(self.shuffle_agents, bool):
             raise TypeError(f"shuffle_agents must be a bool, got {self.shuffle_agents!r}")
         for name in ("rollout_length", "epochs", "n_minibatches"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+            check_int(getattr(self, name), name, low=1)
         for name in ("lr", "clip", "max_grad_norm"):
-            v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
-                raise ValueError(f"{name} must be a finite float > 0, got {v!r}")
+            check_float(getattr(self, name), name, low=0, low_open=True)
         for name in ("gamma", "gae_lambda"):
-            v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and 0 <= v <= 1):
-                raise ValueError(f"{name} must lie in [0, 1], got {v!r}")
+            check_float(getattr(self, name), name, low=0, high=1)
         for name in ("entropy_coef", "value_coef"):
-            v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
-                raise ValueError(f"{name} must be a finite float >= 0, got {v!r}")
+            check_float(getattr(self, name), name, low=0)
 
 
 @dataclass
@@ -124,8 +116,7 @@ class IPPOPolicy(nn.Module):
             ("n_agents", n_agents),
             ("hidden", hidden),
         ):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+            check_int(v, name, low=1)
         self.obs_dim, self.n_actions, self.n_agents = obs_dim, n_actions, n_agents
         ctx = isolated_rng(seed) if seed is not None else contextlib.nullcontext()
         with ctx:
@@ -234,8 +225,7 @@ class PPOTrainer:
         """
         import time
 
-        if isinstance(total_steps, bool) or not isinstance(total_steps, int):
-            raise TypeError(f"total_steps must be an int, got {type(total_steps).__name__}")
+        total_steps = check_int(total_steps, "total_steps")
         per = self.env.n_envs * self.config.rollout_length
         if total_steps < per:
             raise ValueError(
