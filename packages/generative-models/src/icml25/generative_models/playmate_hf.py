@@ -81,7 +81,8 @@ def wav2vec2_frame_features(model: Wav2Vec2Model, waveform: Tensor | np.ndarray,
         h = out.last_hidden_state
     else:
         hs = out.hidden_states
-        if isinstance(layer, bool) or not isinstance(layer, int) or not -len(hs) <= layer < len(hs):
+        layer = check_int(layer, "layer")
+        if not -len(hs) <= layer < len(hs):
             raise ValueError(f"layer must index the model's {len(hs)} hidden states, got {layer!r}")
         h = hs[layer]
     return torch.nn.functional.interpolate(h.transpose(1, 2), size=n_frames, mode="linear",

@@ -151,8 +151,7 @@ class ToyTaskData:
             raise ValueError(
                 f"tasks must be a non-empty sequence of task indices in 0..{len(TOY_TASKS) - 1}, got {tasks!r}"
             )
-        if isinstance(n_shots, bool) or not isinstance(n_shots, int) or not 1 <= n_shots <= 10:
-            raise ValueError(f"n_shots must be an int in [1, 10], got {n_shots!r}")
+        n_shots = check_int(n_shots, "n_shots", low=1, high=10)
         self.tasks, self.n_shots, self.bottleneck = tuple(int(t) for t in tasks), n_shots, bool(bottleneck)
         self.table = torch.tensor([[t.offset + t.fn(k) for k in range(10)] for t in TOY_TASKS])
         self._offset = torch.tensor([t.offset for t in TOY_TASKS])
@@ -182,8 +181,7 @@ class ToyTaskData:
         return self.table[task, batch["entity"]]
 
     def _check(self, task: Any, n: Any, modality: str, split: str) -> Tensor:
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"n must be a positive int, got {n!r}")
+        n = check_int(n, "n", low=1)
         if modality not in ("text", "image"):
             raise ValueError(f"modality must be 'text' or 'image', got {modality!r}")
         if split not in self.images:

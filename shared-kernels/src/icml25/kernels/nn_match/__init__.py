@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 
 from icml25.kernels._dispatch import select_backend
-from icml25.kernels.checks import check_tensor
+from icml25.kernels.checks import check_int, check_tensor
 from icml25.kernels.nn_match.reference import (
     nearest_neighbor_chunked_reference,
     nearest_neighbor_reference,
@@ -116,8 +116,7 @@ def nearest_neighbor(
     y = check_tokens(y, "y")
     if metric not in METRICS:
         raise ValueError(f"metric must be one of {METRICS}, got {metric!r}")
-    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
-        raise ValueError(f"chunk must be an int >= 1 (block size of the torch path), got {chunk!r}")
+    chunk = check_int(chunk, "chunk", low=1)  # block size of the torch path
     if x.shape[:-2] != y.shape[:-2] or x.shape[-1] != y.shape[-1]:
         raise ValueError(
             f"y must have the leading dims {list(x.shape[:-2])} and feature dim C = {x.shape[-1]} of x "

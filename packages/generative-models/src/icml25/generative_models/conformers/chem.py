@@ -18,7 +18,7 @@ import torch
 
 from icml25.generative_models.conformers.egnn import MolGraph
 from icml25.generative_models.conformers.so3 import kabsch_rotation
-from icml25.kernels.checks import check_tensor
+from icml25.kernels.checks import check_int, check_tensor
 
 __all__ = [
     "ATOM_TYPES",
@@ -63,8 +63,7 @@ def embed_conformers(smiles: str, n: int, *, seed: int = 0, mmff: bool = True) -
     Chem, AllChem, _ = _rdkit()
     if not isinstance(smiles, str) or not smiles:
         raise ValueError(f"smiles must be a non-empty SMILES string, got {smiles!r}")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be a positive int, got {n!r}")
+    n = check_int(n, "n", low=1)
     mol = Chem.MolFromSmiles(smiles)
     if mol is None:
         raise ValueError(f"smiles must be a valid SMILES string, got {smiles!r} (RDKit could not parse it)")
@@ -149,8 +148,7 @@ def sample_conformers(
     if not isinstance(model, ConformerFlow):
         raise TypeError(f"model must be a ConformerFlow, got {type(model).__name__}")
     mol = _check_mol(mol)
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be a positive int, got {n!r}")
+    n = check_int(n, "n", low=1)
     graph = mols_to_graph([mol]).repeat(n)
     x = model.sample(graph, n_steps, generator=torch.Generator().manual_seed(seed))
     return with_conformers(mol, x, add_hs=add_hs)

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from icml25.kernels.checks import check_int
+
 __all__ = ["EGNN", "MolGraph"]
 
 N_BOND_TYPES = 5
@@ -136,8 +138,7 @@ class EGNN(nn.Module):
             ("n_layers", n_layers),
             ("edge_dim", edge_dim),
         ):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive int, got {v!r}")
+            check_int(v, name, low=1)
         self.n_atom_types = n_atom_types
         self.atom_emb = nn.Embedding(n_atom_types, hidden)
         self.bond_emb = nn.Embedding(N_BOND_TYPES, edge_dim)

@@ -23,7 +23,7 @@ import itertools
 import numpy as np
 import torch
 
-from icml25.kernels.checks import check_tensor
+from icml25.kernels.checks import check_int, check_tensor
 
 __all__ = [
     "check_rotation",
@@ -224,8 +224,7 @@ def matrix_fisher_mean(
             f"F must have entries below 1e15 in magnitude, got max |F| = {float(Fd.abs().amax()):.3g}"
         )
     if method == "grid":
-        if isinstance(n_grid, bool) or not isinstance(n_grid, int) or n_grid < 1:
-            raise ValueError(f"n_grid must be a positive int, got {n_grid!r}")
+        n_grid = check_int(n_grid, "n_grid", low=1)
         R = haar_rotations(n_grid, generator=generator, dtype=torch.float64)  # (G, 3, 3)
         logits = torch.einsum("...ij,gij->...g", Fd, R)
         p = torch.softmax(logits, dim=-1)
