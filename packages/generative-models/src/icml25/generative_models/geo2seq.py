@@ -43,7 +43,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from icml25.kernels.checks import check_array, check_choice, check_float
+from icml25.kernels.checks import check_array, check_choice, check_float, check_int
 
 __all__ = [
     "Geo2SeqConfig",
@@ -152,9 +152,7 @@ class Geo2SeqConfig:
         check_choice(self.canonicalizer, "canonicalizer", ("auto", "rdkit", "graph"))
         check_choice(self.coords, "coords", ("spherical", "cartesian", "invariant_cartesian"))
         for name in ("dist_decimals", "angle_decimals"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 8:
-                raise ValueError(f"{name} must be an int in [0, 8], got {v!r}")
+            check_int(getattr(self, name), name, low=0, high=8)
         if not isinstance(self.angle_suffix, str) or any(
             c.isspace() or c.isdigit() for c in self.angle_suffix
         ):

@@ -197,8 +197,7 @@ def _by_length(prompts: Sequence[ICLPrompt]) -> list[tuple[Tensor, Tensor, list[
 def mean_head_activations(model: nn.Module, prompts: Sequence[ICLPrompt], position: int = -1) -> Tensor:
     """Mean over ``prompts`` of every head's activation at ``position``: ``[L, H, d_head]``."""
     site = as_head_site(model)
-    if isinstance(position, bool) or not isinstance(position, int):
-        raise TypeError(f"position must be an int, got {type(position).__name__}")
+    position = check_int(position, "position")
     total = torch.zeros(site.n_layers, site.n_heads, site.d_head)
     count = 0
     dev = next(site.model.parameters()).device

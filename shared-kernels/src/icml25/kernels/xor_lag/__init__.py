@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 
 from icml25.kernels._dispatch import select_backend
+from icml25.kernels.checks import check_int
 from icml25.kernels.xor_lag import reference as _ref
 from icml25.kernels.xor_lag.reference import (
     WORD_BITS,
@@ -56,11 +57,8 @@ def unpack_bits(words: torch.Tensor, n_bits: int) -> torch.Tensor:
         raise TypeError(f"words must be an integer torch.Tensor [n, n_words], got {got}")
     if words.dim() != 2:
         raise ValueError(f"words must be 2-D [n, n_words], got shape {tuple(words.shape)}")
-    if (
-        isinstance(n_bits, bool)
-        or not isinstance(n_bits, int)
-        or not 0 <= n_bits <= WORD_BITS * words.shape[1]
-    ):
+    n_bits = check_int(n_bits, "n_bits")
+    if not 0 <= n_bits <= WORD_BITS * words.shape[1]:
         raise ValueError(
             f"n_bits must be an int in [0, 32 * n_words = {WORD_BITS * words.shape[1]}] for words of shape "
             f"{tuple(words.shape)}, got {n_bits!r}"
@@ -122,10 +120,7 @@ def xor_lag_counts(
     if words.ndim != 2:
         raise ValueError(f"words must be 2-D [n, n_words], got shape {tuple(words.shape)}")
     for name, value, low in (("n_bits", n_bits, 1), ("lag_max", lag_max, 1), ("patch_bits", patch_bits, 1)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-        if value < low:
-            raise ValueError(f"{name} must be >= {low}, got {value}")
+        check_int(value, name, low=low)
     if words.shape[1] * WORD_BITS < n_bits:
         raise ValueError(
             f"words holds {words.shape[1] * WORD_BITS} bits per stream but n_bits={n_bits}; "

@@ -25,6 +25,7 @@ except ImportError as err:  # pragma: no cover - exercised without the extra
     ) from err
 
 from icml25.generative_models.forecasting.forecaster import K2VAEForecaster
+from icml25.kernels.checks import check_int
 
 __all__ = ["K2VAEPredictor"]
 
@@ -45,8 +46,7 @@ class K2VAEPredictor(Predictor):
             raise TypeError(f"forecaster must be a K2VAEForecaster, got {type(forecaster).__name__}")
         if not hasattr(forecaster, "model_"):
             raise ValueError("K2VAEForecaster is not fitted: call fit(...) first")
-        if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
-            raise ValueError(f"num_samples must be an int >= 1, got {num_samples!r}")
+        num_samples = check_int(num_samples, "num_samples", low=1)
         super().__init__(prediction_length=forecaster.horizon)
         self.forecaster, self.num_samples, self.seed, self.freq = forecaster, num_samples, seed, freq
 
