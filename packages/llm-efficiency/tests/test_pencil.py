@@ -368,9 +368,8 @@ def test_crop_cache_then_reencode_equals_a_fresh_forward() -> None:
     from icml25.kernels.hf_cache import cache_argument, output_cache
     from icml25.llm_efficiency import common
 
-    assert (
-        crop_cache is hf_cache.crop_cache is common.crop_cache
-    )  # pencil and common re-export the kernels one
+    # pencil and llm_efficiency.common re-export the kernels' crop_cache
+    assert crop_cache is hf_cache.crop_cache is common.crop_cache
     kw = cache_argument(model)
     with torch.no_grad():
         out = model(input_ids=torch.tensor([c + t]), use_cache=True)
